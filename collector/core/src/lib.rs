@@ -1,0 +1,7 @@
+//! profcol's core library: the profile model every component speaks.
+//!
+//! `pdata` holds the in-memory form of OTLP profiles (a dictionary of tables plus
+//! resource → scope → profile → sample), its validation, merging, encodings and the
+//! pprof translation.
+
+pub mod pdata;

@@ -1,0 +1,255 @@
+//! Reading profile bytes of any supported format: gzip or plain, pprof, OTLP protobuf or
+//! OTLP/JSON, detected from the content. Decompression is capped so that a small
+//! compressed input cannot claim unbounded memory.
+
+use std::borrow::Cow;
+use std::io::Read;
+
+use prost::Message;
+
+use super::batch::ProfileBatch;
+use super::otlp_json::JsonError;
+use super::pprof::PprofError;
+use super::validate::ValidationError;
+use profcol_proto::pprof;
+
+/// The default cap on decompressed input, as OTLP recommends for request bodies.
+pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("input is empty")]
+    Empty,
+    #[error("gzip data is corrupt: {0}")]
+    Gzip(std::io::Error),
+    #[error("decompressed input exceeds the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("not a valid protobuf message: {0}")]
+    Protobuf(prost::DecodeError),
+    #[error("invalid OTLP/JSON: {0}")]
+    Json(JsonError),
+    #[error("invalid OTLP profiles: {0}")]
+    Invalid(ValidationError),
+    #[error("invalid pprof profile: {0}")]
+    Pprof(PprofError),
+    #[error("unrecognized input: {0}")]
+    UnknownFormat(&'static str),
+}
+
+// The messages above carry their cause's text, so the cause is not also a `source` (an
+// error chain would print it twice); these conversions stand in for `#[from]`.
+impl From<prost::DecodeError> for DecodeError {
+    fn from(e: prost::DecodeError) -> Self {
+        DecodeError::Protobuf(e)
+    }
+}
+impl From<JsonError> for DecodeError {
+    fn from(e: JsonError) -> Self {
+        DecodeError::Json(e)
+    }
+}
+impl From<ValidationError> for DecodeError {
+    fn from(e: ValidationError) -> Self {
+        DecodeError::Invalid(e)
+    }
+}
+impl From<PprofError> for DecodeError {
+    fn from(e: PprofError) -> Self {
+        DecodeError::Pprof(e)
+    }
+}
+
+/// What a byte string turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Pprof,
+    OtlpProtobuf,
+    OtlpJson,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Pprof => "pprof",
+            Format::OtlpProtobuf => "otlp",
+            Format::OtlpJson => "otlp-json",
+        }
+    }
+}
+
+pub fn is_gzip(bytes: &[u8]) -> bool {
+    bytes.starts_with(&[0x1f, 0x8b])
+}
+
+/// Returns the bytes, gunzipped if they start with the gzip magic, refusing to produce
+/// more than `limit` bytes.
+pub fn maybe_gunzip(bytes: &[u8], limit: usize) -> Result<Cow<'_, [u8]>, DecodeError> {
+    if !is_gzip(bytes) {
+        if bytes.len() > limit {
+            return Err(DecodeError::TooLarge { limit });
+        }
+        return Ok(Cow::Borrowed(bytes));
+    }
+    let mut out = Vec::new();
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    flate2::read::MultiGzDecoder::new(bytes)
+        .take(cap)
+        .read_to_end(&mut out)
+        .map_err(DecodeError::Gzip)?;
+    if out.len() > limit {
+        return Err(DecodeError::TooLarge { limit });
+    }
+    Ok(Cow::Owned(out))
+}
+
+/// Tells pprof from OTLP by the top-level field numbers: `ProfilesData` has only fields 1
+/// and 2, while every valid pprof carries its string table (field 6). The whole top level
+/// is walked first, so bytes that are no protobuf at all are named as such.
+pub fn detect(bytes: &[u8]) -> Result<Format, DecodeError> {
+    const NOT_PROTOBUF: DecodeError =
+        DecodeError::UnknownFormat("neither JSON nor a protobuf message");
+    const TRUNCATED: DecodeError =
+        DecodeError::UnknownFormat("truncated protobuf: a field runs past the end");
+    let first = bytes
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .ok_or(DecodeError::Empty)?;
+    if *first == b'{' {
+        return Ok(Format::OtlpJson);
+    }
+    let mut rest = bytes;
+    let mut highest_field = 0;
+    while !rest.is_empty() {
+        let key = prost::encoding::decode_varint(&mut rest).map_err(|_| NOT_PROTOBUF)?;
+        let field = key >> 3;
+        if field == 0 {
+            return Err(NOT_PROTOBUF);
+        }
+        highest_field = highest_field.max(field);
+        let skip = match key & 7 {
+            0 => {
+                prost::encoding::decode_varint(&mut rest).map_err(|_| TRUNCATED)?;
+                0
+            }
+            1 => 8,
+            2 => usize::try_from(prost::encoding::decode_varint(&mut rest).map_err(|_| TRUNCATED)?)
+                .unwrap_or(usize::MAX),
+            5 => 4,
+            _ => return Err(NOT_PROTOBUF),
+        };
+        if skip > rest.len() {
+            return Err(TRUNCATED);
+        }
+        rest = &rest[skip..];
+    }
+    if highest_field > 2 {
+        Ok(Format::Pprof)
+    } else {
+        Ok(Format::OtlpProtobuf)
+    }
+}
+
+/// Decoded input, in the form it came in.
+#[derive(Debug)]
+pub enum Decoded {
+    Pprof(pprof::Profile),
+    Otlp(ProfileBatch),
+}
+
+/// Decodes bytes of any supported format (gzip or plain).
+pub fn decode_any(bytes: &[u8], max_decompressed: usize) -> Result<(Format, Decoded), DecodeError> {
+    if bytes.is_empty() {
+        return Err(DecodeError::Empty);
+    }
+    let plain = maybe_gunzip(bytes, max_decompressed)?;
+    let format = detect(&plain)?;
+    let decoded = match format {
+        Format::Pprof => Decoded::Pprof(pprof::Profile::decode(&*plain)?),
+        Format::OtlpProtobuf => Decoded::Otlp(ProfileBatch::decode(&plain)?),
+        Format::OtlpJson => Decoded::Otlp(ProfileBatch::new(
+            super::otlp_json::read_profiles_json(&plain)?,
+        )?),
+    };
+    Ok((format, decoded))
+}
+
+/// Decodes pprof bytes (gzip or plain).
+pub fn decode_pprof(bytes: &[u8], max_decompressed: usize) -> Result<pprof::Profile, DecodeError> {
+    let plain = maybe_gunzip(bytes, max_decompressed)?;
+    Ok(pprof::Profile::decode(&*plain)?)
+}
+
+/// Gzips at level 1: the CPU is spent on the machine being profiled.
+pub fn gzip_fast(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(bytes.len() / 4),
+        flate2::Compression::fast(),
+    );
+    // Writing to a Vec cannot fail.
+    let _ = enc.write_all(bytes);
+    enc.finish().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gzip_bomb_stops_at_the_limit() {
+        let zeros = vec![0u8; 10 << 20];
+        let packed = gzip_fast(&zeros);
+        assert!(packed.len() < 100 << 10);
+        assert!(
+            matches!(maybe_gunzip(&packed, 1 << 20), Err(DecodeError::TooLarge { limit }) if limit == 1 << 20)
+        );
+        assert_eq!(
+            maybe_gunzip(&packed, 10 << 20).expect("fits").len(),
+            10 << 20
+        );
+    }
+
+    #[test]
+    fn corrupt_gzip_is_an_error() {
+        let mut packed = gzip_fast(b"hello world, hello world");
+        packed.truncate(packed.len() - 6);
+        assert!(matches!(
+            maybe_gunzip(&packed, 1 << 20),
+            Err(DecodeError::Gzip(_))
+        ));
+    }
+
+    #[test]
+    fn detects_formats() {
+        let pprof = pprof::Profile {
+            string_table: vec![String::new()],
+            ..Default::default()
+        }
+        .encode_to_vec();
+        assert_eq!(detect(&pprof).expect("pprof"), Format::Pprof);
+        let otlp = crate::pdata::ProfileBatch::empty().encode_to_vec();
+        assert_eq!(detect(&otlp).expect("otlp"), Format::OtlpProtobuf);
+        assert_eq!(
+            detect(b"  {\"resourceProfiles\":[]}").expect("json"),
+            Format::OtlpJson
+        );
+        assert!(matches!(detect(b""), Err(DecodeError::Empty)));
+        assert!(matches!(
+            detect(&[0x12, 0x50, 0x01]),
+            Err(DecodeError::UnknownFormat(_))
+        ));
+        assert!(matches!(
+            detect(b"\x07garbage"),
+            Err(DecodeError::UnknownFormat(_))
+        ));
+        assert!(matches!(
+            detect(b"garbage\n"),
+            Err(DecodeError::UnknownFormat(_))
+        ));
+        let mut truncated = pprof.clone();
+        truncated.extend_from_slice(&[0x32, 0x10, b'x']);
+        assert!(
+            matches!(detect(&truncated), Err(DecodeError::UnknownFormat(m)) if m.starts_with("truncated"))
+        );
+    }
+}

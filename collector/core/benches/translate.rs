@@ -35,7 +35,7 @@ fn big_profile() -> pp::Profile {
         string_table: vec![String::new()],
         ..Default::default()
     };
-    let mut s = |p: &mut pp::Profile, t: String| {
+    let s = |p: &mut pp::Profile, t: String| {
         p.string_table.push(t);
         (p.string_table.len() - 1) as i64
     };

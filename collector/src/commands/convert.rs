@@ -68,10 +68,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let bytes = gzip_fast(&out.profile.encode_to_vec());
                 let path = args.output.as_deref().map(|p| numbered(p, n));
                 write(path.as_deref(), &bytes)?;
-                if outputs.len() > 1 {
-                    if let Some(p) = &path {
-                        eprintln!("wrote {}", p.display());
-                    }
+                if outputs.len() > 1
+                    && let Some(p) = &path
+                {
+                    eprintln!("wrote {}", p.display());
                 }
             }
             Ok(())

@@ -27,7 +27,7 @@ pub fn load(
 ) -> anyhow::Result<(Format, ProfileBatch)> {
     let bytes = read_input(path)?;
     let (format, decoded) =
-        decode_any(&bytes, max_decompressed).with_context(|| format!("{path}"))?;
+        decode_any(&bytes, max_decompressed).with_context(|| path.to_string())?;
     let batch = match decoded {
         Decoded::Otlp(batch) => batch,
         Decoded::Pprof(profile) => {

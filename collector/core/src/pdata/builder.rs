@@ -166,7 +166,7 @@ impl DictionaryBuilder {
     pub fn function(&mut self, f: Function) -> i32 {
         let hash = hash_one(&self.state, &f);
         self.functions
-            .intern(hash, |e| *e == f, || f.clone(), &self.state, hash_one)
+            .intern(hash, |e| *e == f, || f, &self.state, hash_one)
     }
 
     pub fn mapping(&mut self, m: Mapping) -> i32 {
@@ -297,7 +297,7 @@ mod tests {
             name_strindex: a,
             ..Default::default()
         };
-        let fi = b.function(f.clone());
+        let fi = b.function(f);
         assert_eq!(b.function(f), fi);
         assert_eq!(b.stack(&[]), 0);
         let s = b.stack(&[1, 2, 3]);

@@ -152,7 +152,7 @@ pub fn detect(bytes: &[u8]) -> Result<Format, DecodeError> {
 /// Decoded input, in the form it came in.
 #[derive(Debug)]
 pub enum Decoded {
-    Pprof(pprof::Profile),
+    Pprof(Box<pprof::Profile>),
     Otlp(ProfileBatch),
 }
 
@@ -164,7 +164,7 @@ pub fn decode_any(bytes: &[u8], max_decompressed: usize) -> Result<(Format, Deco
     let plain = maybe_gunzip(bytes, max_decompressed)?;
     let format = detect(&plain)?;
     let decoded = match format {
-        Format::Pprof => Decoded::Pprof(pprof::Profile::decode(&*plain)?),
+        Format::Pprof => Decoded::Pprof(Box::new(pprof::Profile::decode(&*plain)?)),
         Format::OtlpProtobuf => Decoded::Otlp(ProfileBatch::decode(&plain)?),
         Format::OtlpJson => Decoded::Otlp(ProfileBatch::new(
             super::otlp_json::read_profiles_json(&plain)?,

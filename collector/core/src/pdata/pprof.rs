@@ -412,10 +412,13 @@ fn build_id_key(id: &str) -> &'static str {
     }
 }
 
+/// Checks a pprof string index, naming the referring field (built only on error).
+type StrAt<'f> = dyn Fn(i64, &dyn Fn() -> String) -> Result<i32, PprofError> + 'f;
+
 fn labels_to_attributes<'p>(
     builder: &mut DictionaryBuilder,
     labels: &[pp::Label],
-    str_at: &dyn Fn(i64, &dyn Fn() -> String) -> Result<i32, PprofError>,
+    str_at: &StrAt<'_>,
     text: impl Fn(i64) -> &'p str + Copy,
     sample: usize,
 ) -> Result<Vec<i32>, PprofError> {
@@ -835,10 +838,11 @@ impl<'a> PprofWriter<'a> {
             .filter(|(i, _)| used[*i])
         {
             let index = index as i32;
-            if l.mapping_index != 0 {
-                if let Some(u) = used_mappings.get_mut(l.mapping_index as usize) {
-                    *u = true;
-                }
+            if let Some(u) = used_mappings
+                .get_mut(l.mapping_index as usize)
+                .filter(|_| l.mapping_index != 0)
+            {
+                *u = true;
             }
             let line = l
                 .lines

@@ -75,19 +75,19 @@ pub fn frame_names(d: &ProfilesDictionary, location_index: i32) -> Vec<String> {
     }]
 }
 
+/// One sample type's running totals while a batch is read.
+struct Tally {
+    summary: SampleTypeSummary,
+    own: HashMap<String, i64>,
+    cumulative: HashMap<String, i64>,
+}
+
 impl Summary {
     pub fn of(batch: &ProfileBatch, top: usize) -> Summary {
         let d = batch.dictionary();
         let text = |i: i32| d.string_table.get(i as usize).cloned().unwrap_or_default();
         let mut order: Vec<(String, String)> = Vec::new();
-        let mut acc: HashMap<
-            (String, String),
-            (
-                SampleTypeSummary,
-                HashMap<String, i64>,
-                HashMap<String, i64>,
-            ),
-        > = HashMap::new();
+        let mut acc: HashMap<(String, String), Tally> = HashMap::new();
         // Frame names per location, computed once.
         let names: Vec<Vec<String>> = (0..d.location_table.len())
             .map(|l| frame_names(d, l as i32))
@@ -98,8 +98,8 @@ impl Summary {
             let entry = acc.entry(key.clone()).or_insert_with(|| {
                 order.push(key.clone());
                 let pt = p.period_type.unwrap_or_default();
-                (
-                    SampleTypeSummary {
+                Tally {
+                    summary: SampleTypeSummary {
                         sample_type: key.0.clone(),
                         unit: key.1.clone(),
                         period_type: text(pt.type_strindex),
@@ -111,15 +111,15 @@ impl Summary {
                         top_self: Vec::new(),
                         top_cumulative: Vec::new(),
                     },
-                    HashMap::new(),
-                    HashMap::new(),
-                )
+                    own: HashMap::new(),
+                    cumulative: HashMap::new(),
+                }
             });
-            entry.0.profiles += 1;
-            entry.0.samples += p.samples.len();
+            entry.summary.profiles += 1;
+            entry.summary.samples += p.samples.len();
             for s in &p.samples {
                 let value = sample_value(s);
-                entry.0.total = entry.0.total.saturating_add(value);
+                entry.summary.total = entry.summary.total.saturating_add(value);
                 let Some(stack) = d.stack_table.get(s.stack_index as usize) else {
                     continue;
                 };
@@ -128,14 +128,12 @@ impl Summary {
                     let Some(frames) = names.get(l as usize) else {
                         continue;
                     };
-                    if depth == 0 {
-                        if let Some(leaf) = frames.first() {
-                            *entry.1.entry(leaf.clone()).or_default() += value;
-                        }
+                    if let Some(leaf) = frames.first().filter(|_| depth == 0) {
+                        *entry.own.entry(leaf.clone()).or_default() += value;
                     }
                     for f in frames.iter() {
                         if !seen.contains(&f.as_str()) {
-                            *entry.2.entry(f.clone()).or_default() += value;
+                            *entry.cumulative.entry(f.clone()).or_default() += value;
                             seen.push(f);
                         }
                     }
@@ -151,10 +149,10 @@ impl Summary {
         let sample_types = order
             .into_iter()
             .filter_map(|k| acc.remove(&k))
-            .map(|(mut s, own, cum)| {
-                s.top_self = top_n(own);
-                s.top_cumulative = top_n(cum);
-                s
+            .map(|t| SampleTypeSummary {
+                top_self: top_n(t.own),
+                top_cumulative: top_n(t.cumulative),
+                ..t.summary
             })
             .collect();
         Summary {

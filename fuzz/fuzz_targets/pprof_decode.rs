@@ -1,0 +1,23 @@
+//! Any bytes as pprof (plain or gzip): decoding and translating never panics, and what
+//! translation yields is valid OTLP that translates back.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use profcol_core::pdata::ProfileBatch;
+use profcol_core::pdata::codec::decode_pprof;
+use profcol_core::pdata::pprof::{ToOtlpOptions, ToPprofOptions, batch_to_pprof, pprof_to_batch};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(profile) = decode_pprof(data, 4 << 20) else {
+        return;
+    };
+    let Ok(batch) = pprof_to_batch(&profile, ToOtlpOptions::default()) else {
+        return;
+    };
+    let decoded =
+        ProfileBatch::decode(&batch.encode_to_vec()).expect("translation yields valid OTLP");
+    for out in batch_to_pprof(&decoded, &ToPprofOptions::default()) {
+        pprof_to_batch(&out.profile, ToOtlpOptions::default())
+            .expect("OTLP → pprof yields valid pprof");
+    }
+});

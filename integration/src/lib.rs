@@ -1,0 +1,89 @@
+//! Helpers for end-to-end tests: find the built `profcol`, run it, find the peers.
+//!
+//! Peers (go, the Python venv) are installed by `scripts/test`. Where one is missing a
+//! test skips and says why, unless `PROFCOL_REQUIRE_PEERS=1` (set by CI), where a
+//! missing peer fails the test instead.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    repo().join("testdata/pprof").join(name)
+}
+
+/// The `profcol` binary built beside this test (`target/<profile>/profcol`), or
+/// `PROFCOL_BIN`.
+pub fn profcol_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("PROFCOL_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/<test> → target/<profile>/profcol
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("."));
+    let bin = dir.join("profcol");
+    assert!(
+        bin.exists(),
+        "{} not built: run `cargo build -p profcol` first",
+        bin.display()
+    );
+    bin
+}
+
+pub fn profcol(args: &[&str]) -> Output {
+    Command::new(profcol_bin())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running profcol: {e}"))
+}
+
+/// Runs profcol and asserts success; returns stdout.
+pub fn profcol_ok(args: &[&str]) -> Vec<u8> {
+    let out = profcol(args);
+    assert!(
+        out.status.success(),
+        "profcol {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Whether `program` can be run; if not, skips (returns false) or, under
+/// `PROFCOL_REQUIRE_PEERS=1`, fails.
+pub fn have_peer(program: &str, why: &str) -> bool {
+    let found = Command::new(program).arg("--version").output().is_ok()
+        || Command::new(program).arg("version").output().is_ok();
+    if !found {
+        if std::env::var("PROFCOL_REQUIRE_PEERS").is_ok_and(|v| v == "1") {
+            panic!("{program} is required ({why}) but not installed; run scripts/test");
+        }
+        eprintln!(
+            "SKIP: {program} not installed, so {why} is not checked (scripts/test installs it)"
+        );
+    }
+    found
+}
+
+/// The Python with opentelemetry-proto: `PROFCOL_PYTHON`, or the repo's `.venv`.
+pub fn python() -> String {
+    std::env::var("PROFCOL_PYTHON").unwrap_or_else(|_| {
+        repo()
+            .join(".venv/bin/python")
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("profcol-it-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}

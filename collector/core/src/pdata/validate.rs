@@ -82,6 +82,16 @@ fn check_unique_keys(
     Ok(())
 }
 
+/// An attribute list: every index in range, and each key named once.
+fn check_attribute_list(
+    indices: &[i32],
+    attributes: &[KeyValueAndUnit],
+    field: impl Fn() -> String,
+) -> Result<(), ValidationError> {
+    check_indices(indices, attributes.len(), "attribute_table", &field)?;
+    check_unique_keys(indices, attributes, field)
+}
+
 /// A table that is absent gets its zero value; one that is present must start with it.
 fn ensure_zero<T: Default + PartialEq>(
     table: &mut Vec<T>,
@@ -188,12 +198,11 @@ fn normalize_dictionary(d: &mut ProfilesDictionary) -> Result<(), ValidationErro
 
 fn validate_dictionary(d: &ProfilesDictionary) -> Result<(), ValidationError> {
     let strings = d.string_table.len();
-    let attrs = d.attribute_table.len();
     for (i, m) in d.mapping_table.iter().enumerate() {
         check_index(m.filename_strindex, strings, "string_table", || {
             format!("dictionary.mapping_table[{i}].filename_strindex")
         })?;
-        check_indices(&m.attribute_indices, attrs, "attribute_table", || {
+        check_attribute_list(&m.attribute_indices, &d.attribute_table, || {
             format!("dictionary.mapping_table[{i}].attribute_indices")
         })?;
         if m.memory_limit != 0 && m.memory_start > m.memory_limit {
@@ -228,7 +237,7 @@ fn validate_dictionary(d: &ProfilesDictionary) -> Result<(), ValidationError> {
                 format!("dictionary.location_table[{i}].lines[{n}].function_index")
             })?;
         }
-        check_indices(&l.attribute_indices, attrs, "attribute_table", || {
+        check_attribute_list(&l.attribute_indices, &d.attribute_table, || {
             format!("dictionary.location_table[{i}].attribute_indices")
         })?;
     }
@@ -266,7 +275,6 @@ fn validate_profiles(data: &ProfilesData) -> Result<(), ValidationError> {
         return Ok(());
     };
     let strings = d.string_table.len();
-    let attrs = d.attribute_table.len();
     let stacks = d.stack_table.len();
     let links = d.link_table.len();
     for (r, rp) in data.resource_profiles.iter().enumerate() {
@@ -286,10 +294,7 @@ fn validate_profiles(data: &ProfilesData) -> Result<(), ValidationError> {
                         })?;
                     }
                 }
-                check_indices(&profile.attribute_indices, attrs, "attribute_table", || {
-                    format!("{}.attribute_indices", at())
-                })?;
-                check_unique_keys(&profile.attribute_indices, &d.attribute_table, || {
+                check_attribute_list(&profile.attribute_indices, &d.attribute_table, || {
                     format!("{}.attribute_indices", at())
                 })?;
                 if !profile.profile_id.is_empty()
@@ -309,10 +314,7 @@ fn validate_profiles(data: &ProfilesData) -> Result<(), ValidationError> {
                     check_index(sample.link_index, links, "link_table", || {
                         format!("{}.link_index", here())
                     })?;
-                    check_indices(&sample.attribute_indices, attrs, "attribute_table", || {
-                        format!("{}.attribute_indices", here())
-                    })?;
-                    check_unique_keys(&sample.attribute_indices, &d.attribute_table, || {
+                    check_attribute_list(&sample.attribute_indices, &d.attribute_table, || {
                         format!("{}.attribute_indices", here())
                     })?;
                     let (values, times) = (sample.values.len(), sample.timestamps_unix_nano.len());
@@ -552,6 +554,42 @@ mod tests {
                 .to_string()
                 .contains("same key")
         );
+    }
+
+    #[test]
+    fn duplicate_keys_on_a_location_are_rejected() {
+        let dict = ProfilesDictionary {
+            string_table: vec!["".into(), "k".into()],
+            attribute_table: vec![
+                Default::default(),
+                KeyValueAndUnit {
+                    key_strindex: 1,
+                    ..Default::default()
+                },
+                KeyValueAndUnit {
+                    key_strindex: 1,
+                    unit_strindex: 1,
+                    value: None,
+                },
+            ],
+            location_table: vec![
+                Location::default(),
+                Location {
+                    attribute_indices: vec![1, 2],
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let mut data = one_sample(
+            Sample {
+                values: vec![1],
+                ..Default::default()
+            },
+            dict,
+        );
+        let err = validate_and_normalize(&mut data).expect_err("dup");
+        assert!(err.to_string().starts_with("dictionary.location_table[1].attribute_indices: attributes 1 and 2 have the same key"), "{err}");
     }
 
     #[test]

@@ -4,4 +4,8 @@
 //! resource → scope → profile → sample), its validation, merging, encodings and the
 //! pprof translation.
 
+pub mod component;
+pub mod config;
+pub mod exporterhelper;
 pub mod pdata;
+pub mod telemetry;

@@ -9,12 +9,20 @@ use super::encode::{self, Sizes};
 use super::types::{ProfilesData, ProfilesDictionary, ResourceProfiles};
 use super::validate::{ValidationError, fill_value_types, validate_and_normalize};
 
+/// Who sent a batch, as the receiver saw it; processors that associate data with its
+/// source (k8s_attributes' `connection` rule) read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientInfo {
+    pub addr: Option<std::net::SocketAddr>,
+}
+
 /// A self-contained set of profiles: its own dictionary plus resource → scope → profile →
 /// sample. Cloning is two reference-count bumps; editing copies only what is shared.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProfileBatch {
     dictionary: Arc<ProfilesDictionary>,
     resource_profiles: Arc<Vec<ResourceProfiles>>,
+    client: Option<Arc<ClientInfo>>,
 }
 
 impl ProfileBatch {
@@ -48,7 +56,18 @@ impl ProfileBatch {
         ProfileBatch {
             dictionary: Arc::new(dictionary),
             resource_profiles: Arc::new(resource_profiles),
+            client: None,
         }
+    }
+
+    /// The same batch, marked with who sent it.
+    pub fn with_client(mut self, client: ClientInfo) -> Self {
+        self.client = Some(Arc::new(client));
+        self
+    }
+
+    pub fn client(&self) -> Option<&ClientInfo> {
+        self.client.as_deref()
     }
 
     pub fn empty() -> Self {

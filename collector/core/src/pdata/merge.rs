@@ -2,7 +2,7 @@
 //! in dependency order: strings → functions, mappings, attributes → locations → stacks →
 //! links → profiles and samples. Equal resources, and equal scopes within them, are joined.
 
-use super::batch::ProfileBatch;
+use super::batch::{ClientInfo, ProfileBatch};
 use super::builder::DictionaryBuilder;
 use super::types::{
     Function, KeyValueAndUnit, Line, Location, Mapping, Profile, ResourceProfiles, Sample,
@@ -15,6 +15,8 @@ pub struct Merger {
     builder: DictionaryBuilder,
     resource_profiles: Vec<ResourceProfiles>,
     samples: usize,
+    /// None before the first batch; Some(None) once inputs disagree or name no client.
+    client: Option<Option<ClientInfo>>,
 }
 
 /// Where each entry of one input dictionary landed in the merged one.
@@ -53,6 +55,11 @@ impl Merger {
     }
 
     pub fn add(&mut self, batch: &ProfileBatch) {
+        let theirs = batch.client().cloned();
+        self.client = match self.client.take() {
+            None => Some(theirs),
+            Some(ours) => Some(ours.filter(|c| Some(c) == theirs.as_ref())),
+        };
         let remap = self.intern_dictionary(batch);
         for rp in batch.resource_profiles() {
             let scopes: Vec<ScopeProfiles> = rp
@@ -179,8 +186,13 @@ impl Merger {
         }
     }
 
+    /// The merged batch. It names a client only if every input came from that one client.
     pub fn finish(self) -> ProfileBatch {
-        ProfileBatch::from_valid(self.builder.finish(), self.resource_profiles)
+        let batch = ProfileBatch::from_valid(self.builder.finish(), self.resource_profiles);
+        match self.client {
+            Some(Some(c)) => batch.with_client(c),
+            _ => batch,
+        }
     }
 }
 
@@ -342,5 +354,18 @@ mod tests {
         assert_eq!(resolved(&merged), expected);
         // The result is valid as a wire message.
         ProfileBatch::decode(&merged.encode_to_vec()).expect("valid");
+    }
+
+    #[test]
+    fn merged_batch_names_a_client_only_if_all_inputs_share_it() {
+        let peer = |port| crate::pdata::ClientInfo {
+            addr: Some(std::net::SocketAddr::from(([127, 0, 0, 1], port))),
+        };
+        let a = batch("cart", "f", 1).with_client(peer(1));
+        let b = batch("cart", "f", 1).with_client(peer(1));
+        let c = batch("cart", "f", 1).with_client(peer(2));
+        assert_eq!(merge([&a, &b]).client(), Some(&peer(1)));
+        assert_eq!(merge([&a, &c]).client(), None);
+        assert_eq!(merge([&a, &batch("cart", "f", 1)]).client(), None);
     }
 }

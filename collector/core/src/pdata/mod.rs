@@ -17,7 +17,7 @@ pub mod summary;
 mod validate;
 
 pub use attributes::{any_value_to_string, attribute_value, semconv};
-pub use batch::ProfileBatch;
+pub use batch::{ClientInfo, ProfileBatch};
 pub use builder::DictionaryBuilder;
 pub use merge::{Merger, merge};
 pub use validate::ValidationError;

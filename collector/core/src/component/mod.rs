@@ -1,0 +1,279 @@
+//! The component model: ids, the three kinds of pipeline component plus extensions, their
+//! factories, and the registry the binary fills with one explicit list.
+//!
+//! A factory has a typed config (serde, `deny_unknown_fields`, defaults), a pure validate
+//! step ([`crate::config::Validate`]) and a create step. Components never count what they
+//! pass on: the framework counts at every edge.
+
+mod id;
+mod output;
+mod registry;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+pub use id::{ComponentId, Kind, PipelineId};
+pub use output::{Admission, ReceiverOutput, Refused};
+pub use registry::{
+    ErasedExporterFactory, ErasedExtensionFactory, ErasedProcessorFactory, ErasedReceiverFactory,
+    ParsedConfig, Registry,
+};
+
+use crate::config::Validate;
+use crate::exporterhelper::ExporterHelperSettings;
+use crate::pdata::ProfileBatch;
+use crate::telemetry::Telemetry;
+
+/// How settled a component is, as otelcol labels them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stability {
+    Development,
+    Alpha,
+    Beta,
+    Stable,
+}
+
+impl Stability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stability::Development => "development",
+            Stability::Alpha => "alpha",
+            Stability::Beta => "beta",
+            Stability::Stable => "stable",
+        }
+    }
+}
+
+/// A component's config: deserialized by the factory, then validated without side effects.
+pub trait ComponentConfig:
+    DeserializeOwned + Default + Clone + Validate + Send + Sync + 'static
+{
+}
+impl<T: DeserializeOwned + Default + Clone + Validate + Send + Sync + 'static> ComponentConfig
+    for T
+{
+}
+
+/// Errors from creating a component out of a valid config (a file that cannot be opened,
+/// a TLS key that does not parse, an endpoint that does not resolve).
+#[derive(Debug, thiserror::Error)]
+#[error("{id}: {message}")]
+pub struct BuildError {
+    pub id: String,
+    pub message: String,
+}
+
+impl BuildError {
+    pub fn new(id: &ComponentId, message: impl Into<String>) -> Self {
+        BuildError {
+            id: id.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a running component stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum ComponentError {
+    /// The collector cannot go on without this component (a port in use, BPF refused).
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// What every create step gets.
+#[derive(Clone)]
+pub struct CreateContext {
+    pub id: ComponentId,
+    pub telemetry: Telemetry,
+    /// Directories of the storage extensions, by id (`file_storage`), for persistent queues.
+    pub storage: Arc<Vec<(ComponentId, std::path::PathBuf)>>,
+}
+
+impl CreateContext {
+    pub fn storage_directory(&self, id: &ComponentId) -> Option<&std::path::Path> {
+        self.storage
+            .iter()
+            .find(|(i, _)| i == id)
+            .map(|(_, p)| p.as_path())
+    }
+}
+
+// ---- receivers ----------------------------------------------------------------------
+
+/// A source of profiles. It owns itself until shutdown: sockets are bound and BPF loaded
+/// in `run`, not in the factory.
+#[async_trait]
+pub trait Receiver: Send + 'static {
+    async fn run(self: Box<Self>, ctx: ReceiverContext) -> Result<(), ComponentError>;
+}
+
+pub struct ReceiverContext {
+    pub id: ComponentId,
+    /// Hands batches to every pipeline that lists this receiver.
+    pub output: ReceiverOutput,
+    /// Cancelled when the collector shuts down; `run` should return soon after.
+    pub shutdown: CancellationToken,
+    pub telemetry: Telemetry,
+}
+
+pub trait ReceiverFactory: Send + Sync + 'static {
+    type Config: ComponentConfig;
+    fn type_name(&self) -> &'static str;
+    fn stability(&self) -> Stability;
+    fn create(
+        &self,
+        config: Self::Config,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Receiver>, BuildError>;
+}
+
+// ---- processors ---------------------------------------------------------------------
+
+/// Why a processor could not handle a batch.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The batch is dropped and counted; the pipeline goes on.
+    #[error("{0}")]
+    Dropped(String),
+}
+
+/// A step inside a pipeline. One instance per (pipeline, id); the pipeline's task calls
+/// its processors in order with `&mut self`, so no locks are needed.
+#[async_trait]
+pub trait Processor: Send + 'static {
+    /// Takes one batch; pushes what goes on (none, the same, several) into `out`.
+    async fn process(
+        &mut self,
+        batch: ProfileBatch,
+        out: &mut Vec<ProfileBatch>,
+    ) -> Result<(), ProcessError>;
+
+    /// How often `on_tick` runs (the batch processor's timeout), if at all.
+    fn tick_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    async fn on_tick(&mut self, _out: &mut Vec<ProfileBatch>) -> Result<(), ProcessError> {
+        Ok(())
+    }
+
+    /// Flushes what is held; the pipeline is closing.
+    async fn shutdown(&mut self, _out: &mut Vec<ProfileBatch>) -> Result<(), ProcessError> {
+        Ok(())
+    }
+
+    /// A check run on the receiver's side before data enters the pipeline, so that a
+    /// refusal reaches the sender (the memory limiter's).
+    fn admission(&self) -> Option<Arc<dyn Admission>> {
+        None
+    }
+}
+
+pub trait ProcessorFactory: Send + Sync + 'static {
+    type Config: ComponentConfig;
+    fn type_name(&self) -> &'static str;
+    fn stability(&self) -> Stability;
+    fn create(
+        &self,
+        config: Self::Config,
+        ctx: &ProcessorCreateContext,
+    ) -> Result<Box<dyn Processor>, BuildError>;
+}
+
+pub struct ProcessorCreateContext {
+    pub base: CreateContext,
+    pub pipeline: PipelineId,
+}
+
+// ---- exporters ----------------------------------------------------------------------
+
+/// The outcome of one export attempt.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// Worth trying again (unavailable, throttled, timed out); `retry_after` when the
+    /// server said how long to wait.
+    #[error("{message}")]
+    Retryable {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// Retrying cannot help (invalid argument, unauthenticated, too large).
+    #[error("{message}")]
+    Permanent { message: String },
+}
+
+impl ExportError {
+    pub fn retryable(message: impl Into<String>) -> Self {
+        ExportError::Retryable {
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+    pub fn permanent(message: impl Into<String>) -> Self {
+        ExportError::Permanent {
+            message: message.into(),
+        }
+    }
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ExportError::Retryable { .. })
+    }
+}
+
+/// A destination. `export` is one attempt; queue, retry, backoff and timeout belong to the
+/// exporter helper around it.
+#[async_trait]
+pub trait Exporter: Send + Sync + 'static {
+    async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError>;
+
+    /// Called once after the last export: flush and close.
+    async fn shutdown(&self) -> Result<(), ExportError> {
+        Ok(())
+    }
+}
+
+pub trait ExporterFactory: Send + Sync + 'static {
+    type Config: ComponentConfig;
+    fn type_name(&self) -> &'static str;
+    fn stability(&self) -> Stability;
+    /// The queue, retry and timeout settings in this config (`timeout`, `retry_on_failure`,
+    /// `sending_queue` blocks); defaults for exporters that have none.
+    fn helper_settings(&self, config: &Self::Config) -> ExporterHelperSettings;
+    fn create(
+        &self,
+        config: Self::Config,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Exporter>, BuildError>;
+}
+
+// ---- extensions ---------------------------------------------------------------------
+
+#[async_trait]
+pub trait Extension: Send + 'static {
+    async fn run(self: Box<Self>, ctx: ExtensionContext) -> Result<(), ComponentError>;
+
+    /// A storage extension's directory, for persistent queues.
+    fn storage_directory(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+}
+
+pub struct ExtensionContext {
+    pub id: ComponentId,
+    pub shutdown: CancellationToken,
+    pub telemetry: Telemetry,
+}
+
+pub trait ExtensionFactory: Send + Sync + 'static {
+    type Config: ComponentConfig;
+    fn type_name(&self) -> &'static str;
+    fn stability(&self) -> Stability;
+    fn create(
+        &self,
+        config: Self::Config,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Extension>, BuildError>;
+}

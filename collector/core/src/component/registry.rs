@@ -1,0 +1,310 @@
+//! The registry of factories, filled by the binary with one explicit list. Typed factories
+//! are erased here so that configs of any type can sit in one map.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{
+    BuildError, CreateContext, Exporter, ExporterFactory, Extension, ExtensionFactory, Kind,
+    Processor, ProcessorCreateContext, ProcessorFactory, Receiver, ReceiverFactory, Stability,
+};
+use crate::config::{ConfigError, Value, parse_typed};
+use crate::exporterhelper::ExporterHelperSettings;
+
+/// A config parsed and validated by its factory, kept until the component is created.
+#[derive(Clone)]
+pub struct ParsedConfig(Arc<dyn Any + Send + Sync>);
+
+impl ParsedConfig {
+    fn get<T: Clone + 'static>(&self, id: &super::ComponentId) -> Result<T, BuildError> {
+        self.0
+            .downcast_ref::<T>()
+            .cloned()
+            .ok_or_else(|| BuildError::new(id, "config of another component type"))
+    }
+}
+
+fn parse_and_validate<C: super::ComponentConfig>(
+    value: &Value,
+) -> Result<ParsedConfig, Vec<ConfigError>> {
+    let config: C = parse_typed(value).map_err(|e| vec![e])?;
+    let errors = config.validate();
+    if errors.is_empty() {
+        Ok(ParsedConfig(Arc::new(config)))
+    } else {
+        Err(errors)
+    }
+}
+
+pub trait ErasedReceiverFactory: Send + Sync {
+    fn type_name(&self) -> &'static str;
+    fn stability(&self) -> Stability;
+    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>>;
+    fn create(
+        &self,
+        config: &ParsedConfig,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Receiver>, BuildError>;
+}
+
+impl<F: ReceiverFactory> ErasedReceiverFactory for F {
+    fn type_name(&self) -> &'static str {
+        ReceiverFactory::type_name(self)
+    }
+    fn stability(&self) -> Stability {
+        ReceiverFactory::stability(self)
+    }
+    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
+        parse_and_validate::<F::Config>(value)
+    }
+    fn create(
+        &self,
+        config: &ParsedConfig,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Receiver>, BuildError> {
+        ReceiverFactory::create(self, config.get(&ctx.id)?, ctx)
+    }
+}
+
+pub trait ErasedProcessorFactory: Send + Sync {
+    fn type_name(&self) -> &'static str;
+    fn stability(&self) -> Stability;
+    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>>;
+    fn create(
+        &self,
+        config: &ParsedConfig,
+        ctx: &ProcessorCreateContext,
+    ) -> Result<Box<dyn Processor>, BuildError>;
+}
+
+impl<F: ProcessorFactory> ErasedProcessorFactory for F {
+    fn type_name(&self) -> &'static str {
+        ProcessorFactory::type_name(self)
+    }
+    fn stability(&self) -> Stability {
+        ProcessorFactory::stability(self)
+    }
+    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
+        parse_and_validate::<F::Config>(value)
+    }
+    fn create(
+        &self,
+        config: &ParsedConfig,
+        ctx: &ProcessorCreateContext,
+    ) -> Result<Box<dyn Processor>, BuildError> {
+        ProcessorFactory::create(self, config.get(&ctx.base.id)?, ctx)
+    }
+}
+
+pub trait ErasedExporterFactory: Send + Sync {
+    fn type_name(&self) -> &'static str;
+    fn stability(&self) -> Stability;
+    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>>;
+    fn helper_settings(&self, config: &ParsedConfig) -> ExporterHelperSettings;
+    fn create(
+        &self,
+        config: &ParsedConfig,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Exporter>, BuildError>;
+}
+
+impl<F: ExporterFactory> ErasedExporterFactory for F {
+    fn type_name(&self) -> &'static str {
+        ExporterFactory::type_name(self)
+    }
+    fn stability(&self) -> Stability {
+        ExporterFactory::stability(self)
+    }
+    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
+        parse_and_validate::<F::Config>(value)
+    }
+    fn helper_settings(&self, config: &ParsedConfig) -> ExporterHelperSettings {
+        match config.0.downcast_ref::<F::Config>() {
+            Some(c) => ExporterFactory::helper_settings(self, c),
+            None => ExporterHelperSettings::default(),
+        }
+    }
+    fn create(
+        &self,
+        config: &ParsedConfig,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Exporter>, BuildError> {
+        ExporterFactory::create(self, config.get(&ctx.id)?, ctx)
+    }
+}
+
+pub trait ErasedExtensionFactory: Send + Sync {
+    fn type_name(&self) -> &'static str;
+    fn stability(&self) -> Stability;
+    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>>;
+    fn create(
+        &self,
+        config: &ParsedConfig,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Extension>, BuildError>;
+}
+
+impl<F: ExtensionFactory> ErasedExtensionFactory for F {
+    fn type_name(&self) -> &'static str {
+        ExtensionFactory::type_name(self)
+    }
+    fn stability(&self) -> Stability {
+        ExtensionFactory::stability(self)
+    }
+    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
+        parse_and_validate::<F::Config>(value)
+    }
+    fn create(
+        &self,
+        config: &ParsedConfig,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Extension>, BuildError> {
+        ExtensionFactory::create(self, config.get(&ctx.id)?, ctx)
+    }
+}
+
+/// Factories by kind and type name.
+#[derive(Default, Clone)]
+pub struct Registry {
+    pub(crate) receivers: BTreeMap<&'static str, Arc<dyn ErasedReceiverFactory>>,
+    pub(crate) processors: BTreeMap<&'static str, Arc<dyn ErasedProcessorFactory>>,
+    pub(crate) exporters: BTreeMap<&'static str, Arc<dyn ErasedExporterFactory>>,
+    pub(crate) extensions: BTreeMap<&'static str, Arc<dyn ErasedExtensionFactory>>,
+}
+
+/// Two factories of one kind with one type name is a programming error in the list.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind} type {type_name:?} is registered twice")]
+pub struct DuplicateType {
+    pub kind: &'static str,
+    pub type_name: &'static str,
+}
+
+fn insert<T: ?Sized>(
+    map: &mut BTreeMap<&'static str, Arc<T>>,
+    kind: Kind,
+    name: &'static str,
+    factory: Arc<T>,
+) -> Result<(), DuplicateType> {
+    if map.insert(name, factory).is_some() {
+        return Err(DuplicateType {
+            kind: kind.as_str(),
+            type_name: name,
+        });
+    }
+    Ok(())
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn receiver(&mut self, f: impl ReceiverFactory) -> Result<&mut Self, DuplicateType> {
+        let name = ReceiverFactory::type_name(&f);
+        insert(&mut self.receivers, Kind::Receiver, name, Arc::new(f))?;
+        Ok(self)
+    }
+
+    /// Registers `f` under an extra name too (`k8sattributes` for `k8s_attributes`).
+    pub fn receiver_alias(
+        &mut self,
+        alias: &'static str,
+        of: &'static str,
+    ) -> Result<&mut Self, DuplicateType> {
+        if let Some(f) = self.receivers.get(of).cloned() {
+            insert(&mut self.receivers, Kind::Receiver, alias, f)?;
+        }
+        Ok(self)
+    }
+
+    pub fn processor(&mut self, f: impl ProcessorFactory) -> Result<&mut Self, DuplicateType> {
+        let name = ProcessorFactory::type_name(&f);
+        insert(&mut self.processors, Kind::Processor, name, Arc::new(f))?;
+        Ok(self)
+    }
+
+    pub fn processor_alias(
+        &mut self,
+        alias: &'static str,
+        of: &'static str,
+    ) -> Result<&mut Self, DuplicateType> {
+        if let Some(f) = self.processors.get(of).cloned() {
+            insert(&mut self.processors, Kind::Processor, alias, f)?;
+        }
+        Ok(self)
+    }
+
+    pub fn exporter(&mut self, f: impl ExporterFactory) -> Result<&mut Self, DuplicateType> {
+        let name = ExporterFactory::type_name(&f);
+        insert(&mut self.exporters, Kind::Exporter, name, Arc::new(f))?;
+        Ok(self)
+    }
+
+    pub fn extension(&mut self, f: impl ExtensionFactory) -> Result<&mut Self, DuplicateType> {
+        let name = ExtensionFactory::type_name(&f);
+        insert(&mut self.extensions, Kind::Extension, name, Arc::new(f))?;
+        Ok(self)
+    }
+
+    /// (kind, type name, stability) of everything registered, by kind then name.
+    pub fn list(&self) -> Vec<(Kind, &'static str, Stability)> {
+        let mut out = Vec::new();
+        out.extend(
+            self.receivers
+                .iter()
+                .map(|(n, f)| (Kind::Receiver, *n, f.stability())),
+        );
+        out.extend(
+            self.processors
+                .iter()
+                .map(|(n, f)| (Kind::Processor, *n, f.stability())),
+        );
+        out.extend(
+            self.exporters
+                .iter()
+                .map(|(n, f)| (Kind::Exporter, *n, f.stability())),
+        );
+        out.extend(
+            self.extensions
+                .iter()
+                .map(|(n, f)| (Kind::Extension, *n, f.stability())),
+        );
+        out
+    }
+
+    pub(crate) fn known(&self, kind: Kind) -> Vec<&'static str> {
+        match kind {
+            Kind::Receiver => self.receivers.keys().copied().collect(),
+            Kind::Processor => self.processors.keys().copied().collect(),
+            Kind::Exporter => self.exporters.keys().copied().collect(),
+            Kind::Extension => self.extensions.keys().copied().collect(),
+        }
+    }
+
+    /// Parses one component's config with its factory; errors name the type if unknown.
+    pub(crate) fn parse(
+        &self,
+        kind: Kind,
+        type_name: &str,
+        value: &Value,
+    ) -> Result<ParsedConfig, Vec<ConfigError>> {
+        let found = match kind {
+            Kind::Receiver => self.receivers.get(type_name).map(|f| f.parse(value)),
+            Kind::Processor => self.processors.get(type_name).map(|f| f.parse(value)),
+            Kind::Exporter => self.exporters.get(type_name).map(|f| f.parse(value)),
+            Kind::Extension => self.extensions.get(type_name).map(|f| f.parse(value)),
+        };
+        found.unwrap_or_else(|| {
+            Err(vec![ConfigError::new(
+                "",
+                format!(
+                    "unknown {} type {type_name:?}; known types: {}",
+                    kind.as_str(),
+                    self.known(kind).join(", ")
+                ),
+            )])
+        })
+    }
+}

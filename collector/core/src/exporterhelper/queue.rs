@@ -1,0 +1,211 @@
+//! The sending queue: bounded, many consumers, optionally kept on disk.
+//!
+//! Two semaphores count the queue: one the items waiting, one the free places. Closing
+//! the item semaphore wakes every consumer at once; they then drain what is left.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::Semaphore;
+
+use crate::pdata::ProfileBatch;
+
+/// One queued batch. On disk it has a sequence number; after a restart its data is read
+/// back when it is taken.
+pub(crate) struct Entry {
+    pub batch: Option<ProfileBatch>,
+    pub seq: Option<u64>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PushError {
+    Full,
+    Closed,
+}
+
+pub(crate) struct SendingQueue {
+    entries: Mutex<VecDeque<Entry>>,
+    items: Semaphore,
+    space: Semaphore,
+}
+
+impl SendingQueue {
+    pub fn new(capacity: usize, preloaded: Vec<Entry>) -> Self {
+        let n = preloaded.len();
+        SendingQueue {
+            entries: Mutex::new(preloaded.into()),
+            items: Semaphore::new(n),
+            // A queue reloaded from disk may hold more than its capacity after a config
+            // change; it takes nothing new until it is below it.
+            space: Semaphore::new(capacity.saturating_sub(n)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Entry>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Takes a place now, or fails.
+    pub fn try_reserve(&self) -> Result<(), PushError> {
+        match self.space.try_acquire() {
+            Ok(p) => {
+                p.forget();
+                Ok(())
+            }
+            Err(tokio::sync::TryAcquireError::NoPermits) => Err(PushError::Full),
+            Err(tokio::sync::TryAcquireError::Closed) => Err(PushError::Closed),
+        }
+    }
+
+    /// Waits for a place.
+    pub async fn reserve(&self) -> Result<(), PushError> {
+        let p = self.space.acquire().await.map_err(|_| PushError::Closed)?;
+        p.forget();
+        Ok(())
+    }
+
+    /// Gives back a place reserved but not used (the disk write failed).
+    pub fn unreserve(&self) {
+        self.space.add_permits(1);
+    }
+
+    /// Adds an entry into a place already reserved.
+    pub fn push_reserved(&self, entry: Entry) {
+        self.lock().push_back(entry);
+        self.items.add_permits(1);
+    }
+
+    /// The next entry; None once closed and empty.
+    pub async fn pop(&self) -> Option<Entry> {
+        match self.items.acquire().await {
+            Ok(p) => p.forget(),
+            Err(_) => {
+                // Closed: drain what is left without waiting.
+                let entry = self.lock().pop_front();
+                return entry;
+            }
+        }
+        let entry = self.lock().pop_front();
+        self.space.add_permits(1);
+        entry
+    }
+
+    /// No new entries; consumers drain what is queued.
+    pub fn close(&self) {
+        self.items.close();
+        self.space.close();
+    }
+}
+
+/// Queued batches as files `<seq>.pb` (OTLP protobuf) in a directory, written to a
+/// temporary name, synced and renamed, so a crash leaves either the whole file or none.
+pub(crate) struct DiskStore {
+    dir: PathBuf,
+    next: AtomicU64,
+}
+
+impl DiskStore {
+    /// Opens the directory and lists what an earlier run left, oldest first.
+    pub fn open(dir: &Path) -> std::io::Result<(DiskStore, Vec<u64>)> {
+        std::fs::create_dir_all(dir)?;
+        let mut seqs: Vec<u64> = std::fs::read_dir(dir)?
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                name.strip_suffix(".pb")?.parse().ok()
+            })
+            .collect();
+        seqs.sort_unstable();
+        let next = seqs.last().map_or(1, |s| s + 1);
+        Ok((
+            DiskStore {
+                dir: dir.to_path_buf(),
+                next: AtomicU64::new(next),
+            },
+            seqs,
+        ))
+    }
+
+    fn path(&self, seq: u64) -> PathBuf {
+        self.dir.join(format!("{seq:020}.pb"))
+    }
+
+    pub fn write(&self, batch: &ProfileBatch) -> std::io::Result<u64> {
+        use std::io::Write;
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.dir.join(format!("{seq:020}.tmp"));
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&batch.encode_to_vec())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, self.path(seq))?;
+        // The rename must reach the disk too.
+        std::fs::File::open(&self.dir)?.sync_all()?;
+        Ok(seq)
+    }
+
+    pub fn read(&self, seq: u64) -> Result<ProfileBatch, String> {
+        let bytes = std::fs::read(self.path(seq))
+            .map_err(|e| format!("reading queued batch {seq}: {e}"))?;
+        ProfileBatch::decode(&bytes).map_err(|e| format!("queued batch {seq} is damaged: {e}"))
+    }
+
+    pub fn remove(&self, seq: u64) {
+        if let Err(e) = std::fs::remove_file(self.path(seq)) {
+            tracing::warn!(seq, error = %e, "could not remove a sent batch from the persistent queue");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bounded_and_drains_after_close() {
+        let q = SendingQueue::new(2, Vec::new());
+        for _ in 0..2 {
+            q.try_reserve().expect("room");
+            q.push_reserved(Entry {
+                batch: Some(ProfileBatch::empty()),
+                seq: None,
+            });
+        }
+        assert_eq!(q.try_reserve(), Err(PushError::Full));
+        assert!(q.pop().await.is_some());
+        q.try_reserve().expect("room again");
+        q.push_reserved(Entry {
+            batch: None,
+            seq: Some(7),
+        });
+        q.close();
+        assert_eq!(q.try_reserve(), Err(PushError::Closed));
+        assert!(q.pop().await.is_some());
+        assert_eq!(q.pop().await.and_then(|e| e.seq), Some(7));
+        assert!(q.pop().await.is_none());
+    }
+
+    #[test]
+    fn disk_store_survives_reopening() {
+        let dir = std::env::temp_dir().join(format!("profcol-disk-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (store, old) = DiskStore::open(&dir).expect("open");
+        assert!(old.is_empty());
+        let a = store.write(&ProfileBatch::empty()).expect("write");
+        let b = store.write(&ProfileBatch::empty()).expect("write");
+        store.remove(a);
+        drop(store);
+        let (store, left) = DiskStore::open(&dir).expect("reopen");
+        assert_eq!(left, vec![b]);
+        assert_eq!(store.read(b).expect("read"), ProfileBatch::empty());
+        assert!(store.write(&ProfileBatch::empty()).expect("write") > b);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

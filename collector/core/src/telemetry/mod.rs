@@ -1,0 +1,8 @@
+//! Self-telemetry: counters and gauges at the graph's edges, named as otelcol names them,
+//! rendered in Prometheus text for /metrics.
+
+mod edges;
+mod metrics;
+
+pub use edges::{ExporterCounters, ProcessorCounters, ReceiverCounters};
+pub use metrics::{Counter, Gauge, Telemetry};

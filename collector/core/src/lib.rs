@@ -8,4 +8,7 @@ pub mod component;
 pub mod config;
 pub mod exporterhelper;
 pub mod pdata;
+pub mod service;
 pub mod telemetry;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;

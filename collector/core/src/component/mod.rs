@@ -6,7 +6,7 @@
 //! pass on: the framework counts at every edge.
 
 mod id;
-mod output;
+pub(crate) mod output;
 mod registry;
 
 use std::sync::Arc;
@@ -265,6 +265,8 @@ pub struct ExtensionContext {
     pub id: ComponentId,
     pub shutdown: CancellationToken,
     pub telemetry: Telemetry,
+    /// The collector's health, for the health_check extension.
+    pub status: crate::service::Status,
 }
 
 pub trait ExtensionFactory: Send + Sync + 'static {

@@ -1,0 +1,194 @@
+//! Graph tests: configs as a user writes them, run with test components.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::telemetry::Telemetry;
+use crate::testkit::{registry, resource_attribute, sink_contents};
+
+fn env(name: &str) -> Option<String> {
+    (name == "SAMPLES").then(|| "3".to_owned())
+}
+
+fn load_yaml(yaml: &str) -> Result<CollectorConfig, crate::config::ConfigErrors> {
+    load(&[("test.yaml".into(), yaml.into())], &env, &registry())
+}
+
+/// Runs `yaml` until every named sink holds `want` samples (or `wait` passes), then shuts
+/// down and checks the sinks.
+async fn run_until(yaml: &str, want: &[(&str, usize)], wait: Duration) -> Telemetry {
+    let config = load_yaml(yaml).expect("valid config");
+    let telemetry = Telemetry::new();
+    let stop = CancellationToken::new();
+    let reg = registry();
+    let service = {
+        let (t, s) = (telemetry.clone(), stop.clone());
+        tokio::spawn(async move { run(config, &reg, t, Status::new(), s, ServiceOptions::default()).await })
+    };
+    let samples = |name: &str| sink_contents(name).iter().map(|b| b.sample_count()).sum::<usize>();
+    let deadline = tokio::time::Instant::now() + wait;
+    while want.iter().any(|(n, w)| samples(n) < *w) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.cancel();
+    service.await.expect("joined").expect("ran");
+    for (name, w) in want {
+        assert_eq!(samples(name), *w, "sink {name}");
+    }
+    telemetry
+}
+
+#[tokio::test]
+async fn a_receiver_shared_by_two_pipelines_feeds_both() {
+    let t = run_until(
+        r#"
+receivers:
+  test_source:
+    service: cart
+    batches: 4
+    samples_per_batch: ${env:SAMPLES}
+exporters:
+  test_sink/a: {name: fanout-a}
+  test_sink/b: {name: fanout-b}
+service:
+  pipelines:
+    profiles/a: {receivers: [test_source], exporters: [test_sink/a]}
+    profiles/b: {receivers: [test_source], exporters: [test_sink/b]}
+"#,
+        &[("fanout-a", 12), ("fanout-b", 12)],
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(t.value("otelcol_receiver_accepted_profile_samples_total", &[("receiver", "test_source")]), Some(12));
+    assert_eq!(t.value("otelcol_exporter_sent_profile_samples_total", &[("exporter", "test_sink/a")]), Some(12));
+}
+
+#[tokio::test]
+async fn an_exporter_fed_by_two_pipelines_gets_both() {
+    run_until(
+        r#"
+receivers:
+  test_source/x: {service: x, batches: 2, samples_per_batch: 5}
+  test_source/y: {service: y, batches: 3, samples_per_batch: 1}
+exporters:
+  test_sink: {name: fanin}
+service:
+  pipelines:
+    profiles/x: {receivers: [test_source/x], exporters: [test_sink]}
+    profiles/y: {receivers: [test_source/y], exporters: [test_sink]}
+"#,
+        &[("fanin", 13)],
+        Duration::from_secs(5),
+    )
+    .await;
+    let services: Vec<String> = sink_contents("fanin").iter().filter_map(|b| resource_attribute(b, "service.name")).collect();
+    assert_eq!(services.iter().filter(|s| *s == "x").count(), 2);
+    assert_eq!(services.iter().filter(|s| *s == "y").count(), 3);
+}
+
+#[tokio::test]
+async fn a_processor_edits_its_own_copy_only() {
+    run_until(
+        r#"
+receivers:
+  test_source: {service: cart, batches: 2, samples_per_batch: 2}
+processors:
+  test_tag: {key: env, value: prod}
+exporters:
+  test_sink/tagged: {name: cow-tagged}
+  test_sink/plain: {name: cow-plain}
+service:
+  pipelines:
+    profiles/tagged: {receivers: [test_source], processors: [test_tag], exporters: [test_sink/tagged]}
+    profiles/plain: {receivers: [test_source], exporters: [test_sink/plain]}
+"#,
+        &[("cow-tagged", 4), ("cow-plain", 4)],
+        Duration::from_secs(5),
+    )
+    .await;
+    let tagged = sink_contents("cow-tagged");
+    let plain = sink_contents("cow-plain");
+    assert!(tagged.iter().all(|b| resource_attribute(b, "env").as_deref() == Some("prod")));
+    assert!(plain.iter().all(|b| resource_attribute(b, "env").is_none()));
+    // The dictionary was not edited, so both pipelines still share it.
+    assert!(std::ptr::eq(tagged[0].dictionary(), plain[0].dictionary()) || std::ptr::eq(tagged[0].dictionary(), plain[1].dictionary()));
+}
+
+#[tokio::test]
+async fn shutdown_flushes_what_processors_hold() {
+    run_until(
+        r#"
+receivers:
+  test_source: {service: held, batches: 3, samples_per_batch: 2}
+processors:
+  test_hold:
+exporters:
+  test_sink: {name: held}
+service:
+  pipelines:
+    profiles: {receivers: [test_source], processors: [test_hold], exporters: [test_sink]}
+"#,
+        // Nothing arrives before shutdown; all 6 after.
+        &[("held", 6)],
+        Duration::from_millis(300),
+    )
+    .await;
+}
+
+#[test]
+fn every_config_error_is_reported_with_its_path() {
+    let errors = load_yaml(
+        r#"
+receivers:
+  test_source: {service: a, batchs: 1}
+  nope: {}
+processors:
+  test_tag:
+exporters:
+  test_sink: {name: x}
+  test_sink/unused: {name: y}
+extensions: {}
+service:
+  extensions: [health_check]
+  pipelines:
+    profiles: {receivers: [test_source, test_source], processors: [missing], exporters: []}
+    traces: {receivers: [test_source], exporters: [test_sink]}
+    profiles/b: {receivers: [test_source], exporters: [test_sink], procesors: []}
+"#,
+    )
+    .err()
+    .expect("invalid");
+    let text: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        text,
+        [
+            "receivers::test_source::batchs: unknown field `batchs`, expected one of `service`, `batches`, `samples_per_batch`",
+            "receivers::nope: unknown receiver type \"nope\"; known types: test_source",
+            "service::extensions[0]: references extension \"health_check\", which is not defined under extensions",
+            "service::pipelines::profiles::receivers[1]: test_source is listed twice",
+            "service::pipelines::profiles::processors[0]: references processor \"missing\", which is not defined under processors",
+            "service::pipelines::profiles: must have at least one exporter",
+            "service::pipelines::traces: pipeline \"traces\": profcol carries the profiles signal only; use profiles or profiles/NAME",
+            "service::pipelines::profiles/b::procesors: unknown field `procesors`, expected one of `receivers`, `processors`, `exporters`",
+        ]
+    );
+}
+
+#[test]
+fn unused_components_warn_and_later_files_override() {
+    let base = "receivers: {test_source: {service: a}}\nexporters: {test_sink: {name: one}, test_sink/spare: {name: two}}\nservice: {pipelines: {profiles: {receivers: [test_source], exporters: [test_sink]}}}\n";
+    let over = "receivers: {test_source: {service: b}}\n";
+    let config = load(&[("a.yaml".into(), base.into()), ("b.yaml".into(), over.into())], &env, &registry()).expect("valid");
+    assert_eq!(config.warnings, ["exporter test_sink/spare is defined but no pipeline uses it"]);
+    assert_eq!(config.pipelines.len(), 1);
+}
+
+#[test]
+fn top_level_typos_and_env_errors_are_reported() {
+    let errors = load_yaml("recievers: {}\n").err().expect("invalid");
+    assert!(errors.to_string().starts_with("recievers: unknown field `recievers`, expected one of `receivers`"), "{errors}");
+    let errors = load_yaml("receivers:\n  test_source:\n    service: ${env:NOT_SET}\nservice: {pipelines: {}}\n").err().expect("invalid");
+    assert!(errors.to_string().contains("receivers::test_source::service: environment variable NOT_SET is not set"), "{errors}");
+}

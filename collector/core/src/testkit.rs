@@ -1,0 +1,242 @@
+//! Test components and batch generators for graph tests and component crates (feature
+//! `testkit`). They are real components: a source that delivers generated batches, a
+//! processor that tags resources, one that holds batches until shutdown, and a sink that
+//! records what reaches it.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+
+use crate::component::{
+    BuildError, ComponentError, CreateContext, ExportError, Exporter, ExporterFactory, ProcessError, Processor,
+    ProcessorCreateContext, ProcessorFactory, Receiver, ReceiverContext, ReceiverFactory, Stability,
+};
+use crate::config::Validate;
+use crate::exporterhelper::{ExporterHelperSettings, QueueSettings};
+use crate::pdata::types::{AnyValue, Function, KeyValue, Line, Location, Profile, Resource, ResourceProfiles, Sample, ScopeProfiles, Value, ValueType};
+use crate::pdata::{DictionaryBuilder, ProfileBatch};
+
+/// A batch of `samples` CPU samples for `service`, each on a stack of two named frames.
+pub fn batch(service: &str, samples: usize) -> ProfileBatch {
+    let mut b = DictionaryBuilder::new();
+    let names = ["main", "work"].map(|n| b.string(&format!("{service}.{n}")));
+    let locations: Vec<i32> = names
+        .iter()
+        .map(|&n| {
+            let f = b.function(Function { name_strindex: n, ..Default::default() });
+            b.location(Location { lines: vec![Line { function_index: f, ..Default::default() }], ..Default::default() })
+        })
+        .collect();
+    let stack = b.stack(&[locations[1], locations[0]]);
+    let sample_type = ValueType { type_strindex: b.string("samples"), unit_strindex: b.string("count") };
+    let profile = Profile {
+        sample_type: Some(sample_type),
+        samples: (0..samples)
+            .map(|i| Sample { stack_index: stack, timestamps_unix_nano: vec![1_700_000_000_000_000_000 + i as u64], ..Default::default() })
+            .collect(),
+        ..Default::default()
+    };
+    ProfileBatch::from_valid(
+        b.finish(),
+        vec![ResourceProfiles {
+            resource: Some(Resource { attributes: vec![string_attribute("service.name", service)], ..Default::default() }),
+            scope_profiles: vec![ScopeProfiles { profiles: vec![profile], ..Default::default() }],
+            ..Default::default()
+        }],
+    )
+}
+
+pub fn string_attribute(key: &str, value: &str) -> KeyValue {
+    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(Value::StringValue(value.into())) }), key_strindex: 0 }
+}
+
+/// A resource attribute's string value in the first resource of `batch`.
+pub fn resource_attribute(batch: &ProfileBatch, key: &str) -> Option<String> {
+    batch.resource_profiles().first()?.resource.as_ref()?.attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
+        match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(s) => Some(s.clone()),
+            _ => None,
+        }
+    })
+}
+
+// ---- source receiver ------------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SourceConfig {
+    pub service: String,
+    pub batches: usize,
+    pub samples_per_batch: usize,
+}
+impl Validate for SourceConfig {}
+
+/// Receiver type `test_source`: delivers `batches` batches, then waits for shutdown.
+pub struct SourceFactory;
+
+impl ReceiverFactory for SourceFactory {
+    type Config = SourceConfig;
+    fn type_name(&self) -> &'static str {
+        "test_source"
+    }
+    fn stability(&self) -> Stability {
+        Stability::Development
+    }
+    fn create(&self, config: SourceConfig, _: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
+        Ok(Box::new(Source(config)))
+    }
+}
+
+struct Source(SourceConfig);
+
+#[async_trait]
+impl Receiver for Source {
+    async fn run(self: Box<Self>, ctx: ReceiverContext) -> Result<(), ComponentError> {
+        for _ in 0..self.0.batches {
+            let b = batch(&self.0.service, self.0.samples_per_batch);
+            // Retry on refusal, as a well-behaved sender does.
+            while ctx.output.deliver(b.clone(), Duration::from_millis(50)).await.is_err() {
+                if ctx.shutdown.is_cancelled() {
+                    return Ok(());
+                }
+            }
+        }
+        ctx.shutdown.cancelled().await;
+        Ok(())
+    }
+}
+
+// ---- processors -----------------------------------------------------------------------
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TagConfig {
+    pub key: String,
+    pub value: String,
+}
+impl Validate for TagConfig {}
+
+/// Processor type `test_tag`: sets a resource attribute (copy on write).
+pub struct TagFactory;
+
+impl ProcessorFactory for TagFactory {
+    type Config = TagConfig;
+    fn type_name(&self) -> &'static str {
+        "test_tag"
+    }
+    fn stability(&self) -> Stability {
+        Stability::Development
+    }
+    fn create(&self, config: TagConfig, _: &ProcessorCreateContext) -> Result<Box<dyn Processor>, BuildError> {
+        Ok(Box::new(Tag(config)))
+    }
+}
+
+struct Tag(TagConfig);
+
+#[async_trait]
+impl Processor for Tag {
+    async fn process(&mut self, mut batch: ProfileBatch, out: &mut Vec<ProfileBatch>) -> Result<(), ProcessError> {
+        for rp in batch.resource_profiles_mut() {
+            let r = rp.resource.get_or_insert_with(Resource::default);
+            r.attributes.retain(|kv| kv.key != self.0.key);
+            r.attributes.push(string_attribute(&self.0.key, &self.0.value));
+        }
+        out.push(batch);
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HoldConfig {}
+impl Validate for HoldConfig {}
+
+/// Processor type `test_hold`: keeps every batch until shutdown, then releases them.
+pub struct HoldFactory;
+
+impl ProcessorFactory for HoldFactory {
+    type Config = HoldConfig;
+    fn type_name(&self) -> &'static str {
+        "test_hold"
+    }
+    fn stability(&self) -> Stability {
+        Stability::Development
+    }
+    fn create(&self, _: HoldConfig, _: &ProcessorCreateContext) -> Result<Box<dyn Processor>, BuildError> {
+        Ok(Box::new(Hold(Vec::new())))
+    }
+}
+
+struct Hold(Vec<ProfileBatch>);
+
+#[async_trait]
+impl Processor for Hold {
+    async fn process(&mut self, batch: ProfileBatch, _: &mut Vec<ProfileBatch>) -> Result<(), ProcessError> {
+        self.0.push(batch);
+        Ok(())
+    }
+    async fn shutdown(&mut self, out: &mut Vec<ProfileBatch>) -> Result<(), ProcessError> {
+        out.append(&mut self.0);
+        Ok(())
+    }
+}
+
+// ---- sink exporter --------------------------------------------------------------------
+
+fn sinks() -> &'static Mutex<HashMap<String, Vec<ProfileBatch>>> {
+    static SINKS: OnceLock<Mutex<HashMap<String, Vec<ProfileBatch>>>> = OnceLock::new();
+    SINKS.get_or_init(Default::default)
+}
+
+/// What the sink named `name` has received so far.
+pub fn sink_contents(name: &str) -> Vec<ProfileBatch> {
+    sinks().lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(name).cloned().unwrap_or_default()
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SinkConfig {
+    /// Where `sink_contents` finds what arrived; use a name unique to the test.
+    pub name: String,
+}
+impl Validate for SinkConfig {}
+
+/// Exporter type `test_sink`: records every batch.
+pub struct SinkFactory;
+
+impl ExporterFactory for SinkFactory {
+    type Config = SinkConfig;
+    fn type_name(&self) -> &'static str {
+        "test_sink"
+    }
+    fn stability(&self) -> Stability {
+        Stability::Development
+    }
+    fn helper_settings(&self, _: &SinkConfig) -> ExporterHelperSettings {
+        ExporterHelperSettings { queue: QueueSettings { enabled: false, ..QueueSettings::default() }, ..Default::default() }
+    }
+    fn create(&self, config: SinkConfig, _: &CreateContext) -> Result<Box<dyn Exporter>, BuildError> {
+        Ok(Box::new(Sink(config.name)))
+    }
+}
+
+struct Sink(String);
+
+#[async_trait]
+impl Exporter for Sink {
+    async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError> {
+        sinks().lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(self.0.clone()).or_default().push(batch);
+        Ok(())
+    }
+}
+
+/// A registry holding the test components.
+pub fn registry() -> crate::component::Registry {
+    let mut r = crate::component::Registry::new();
+    let _ = r.receiver(SourceFactory).and_then(|r| r.processor(TagFactory)).and_then(|r| r.processor(HoldFactory)).and_then(|r| r.exporter(SinkFactory));
+    r
+}

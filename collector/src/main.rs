@@ -1,6 +1,7 @@
 //! `profcol`: a collector for the OpenTelemetry profiles signal.
 
 mod commands;
+mod components;
 
 use std::process::ExitCode;
 
@@ -13,12 +14,23 @@ use clap::{Parser, Subcommand};
     about = "A collector for the OpenTelemetry profiles signal"
 )]
 struct Cli {
+    /// Config file (a path, file:PATH, or yaml:INLINE); repeat to merge, later ones win.
+    #[arg(long = "config", global = true, value_name = "FILE")]
+    config: Vec<String>,
+    /// Accepted for command lines written for otelcol (+service.profilesSupport); profcol
+    /// needs no gates.
+    #[arg(long = "feature-gates", global = true, value_name = "GATES")]
+    feature_gates: Vec<String>,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Check a configuration and exit: 0 if it is valid, 1 printing every error.
+    Validate,
+    /// List the receivers, processors, exporters and extensions in this binary.
+    Components,
     /// Convert a profile between pprof, OTLP protobuf and OTLP/JSON (input format detected).
     Convert(commands::convert::Args),
     /// Summarize a profile: sample types, counts, totals and the top functions.
@@ -27,16 +39,28 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Convert(args) => commands::convert::run(args),
-        Command::Inspect(args) => commands::inspect::run(args),
+    let (result, failure_code) = match cli.command {
+        None => (commands::run::run(&cli.config, &cli.feature_gates), 1),
+        Some(Command::Validate) => (
+            commands::run::load(&cli.config).map(|c| {
+                for w in &c.warnings {
+                    eprintln!("warning: {w}");
+                }
+                println!("configuration is valid: {} pipelines", c.pipelines.len());
+            }),
+            1,
+        ),
+        Some(Command::Components) => (commands::components::run(), 1),
+        // Bad input files are a usage error: exit 2.
+        Some(Command::Convert(args)) => (commands::convert::run(args), 2),
+        Some(Command::Inspect(args)) => (commands::inspect::run(args), 2),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line that says what was wrong; the chain gives the cause.
+            // What was wrong, with its cause; config errors list one per line.
             eprintln!("profcol: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(failure_code)
         }
     }
 }

@@ -11,12 +11,16 @@ use async_trait::async_trait;
 use serde::Deserialize;
 
 use crate::component::{
-    BuildError, ComponentError, CreateContext, ExportError, Exporter, ExporterFactory, ProcessError, Processor,
-    ProcessorCreateContext, ProcessorFactory, Receiver, ReceiverContext, ReceiverFactory, Stability,
+    BuildError, ComponentError, CreateContext, ExportError, Exporter, ExporterFactory,
+    ProcessError, Processor, ProcessorCreateContext, ProcessorFactory, Receiver, ReceiverContext,
+    ReceiverFactory, Stability,
 };
 use crate::config::Validate;
 use crate::exporterhelper::{ExporterHelperSettings, QueueSettings};
-use crate::pdata::types::{AnyValue, Function, KeyValue, Line, Location, Profile, Resource, ResourceProfiles, Sample, ScopeProfiles, Value, ValueType};
+use crate::pdata::types::{
+    AnyValue, Function, KeyValue, Line, Location, Profile, Resource, ResourceProfiles, Sample,
+    ScopeProfiles, Value, ValueType,
+};
 use crate::pdata::{DictionaryBuilder, ProfileBatch};
 
 /// A batch of `samples` CPU samples for `service`, each on a stack of two named frames.
@@ -26,41 +30,75 @@ pub fn batch(service: &str, samples: usize) -> ProfileBatch {
     let locations: Vec<i32> = names
         .iter()
         .map(|&n| {
-            let f = b.function(Function { name_strindex: n, ..Default::default() });
-            b.location(Location { lines: vec![Line { function_index: f, ..Default::default() }], ..Default::default() })
+            let f = b.function(Function {
+                name_strindex: n,
+                ..Default::default()
+            });
+            b.location(Location {
+                lines: vec![Line {
+                    function_index: f,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
         })
         .collect();
     let stack = b.stack(&[locations[1], locations[0]]);
-    let sample_type = ValueType { type_strindex: b.string("samples"), unit_strindex: b.string("count") };
+    let sample_type = ValueType {
+        type_strindex: b.string("samples"),
+        unit_strindex: b.string("count"),
+    };
     let profile = Profile {
         sample_type: Some(sample_type),
         samples: (0..samples)
-            .map(|i| Sample { stack_index: stack, timestamps_unix_nano: vec![1_700_000_000_000_000_000 + i as u64], ..Default::default() })
+            .map(|i| Sample {
+                stack_index: stack,
+                timestamps_unix_nano: vec![1_700_000_000_000_000_000 + i as u64],
+                ..Default::default()
+            })
             .collect(),
         ..Default::default()
     };
     ProfileBatch::from_valid(
         b.finish(),
         vec![ResourceProfiles {
-            resource: Some(Resource { attributes: vec![string_attribute("service.name", service)], ..Default::default() }),
-            scope_profiles: vec![ScopeProfiles { profiles: vec![profile], ..Default::default() }],
+            resource: Some(Resource {
+                attributes: vec![string_attribute("service.name", service)],
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: vec![profile],
+                ..Default::default()
+            }],
             ..Default::default()
         }],
     )
 }
 
 pub fn string_attribute(key: &str, value: &str) -> KeyValue {
-    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(Value::StringValue(value.into())) }), key_strindex: 0 }
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(Value::StringValue(value.into())),
+        }),
+        key_strindex: 0,
+    }
 }
 
 /// A resource attribute's string value in the first resource of `batch`.
 pub fn resource_attribute(batch: &ProfileBatch, key: &str) -> Option<String> {
-    batch.resource_profiles().first()?.resource.as_ref()?.attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
-        match kv.value.as_ref()?.value.as_ref()? {
+    batch
+        .resource_profiles()
+        .first()?
+        .resource
+        .as_ref()?
+        .attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
             Value::StringValue(s) => Some(s.clone()),
             _ => None,
-        }
-    })
+        })
 }
 
 // ---- source receiver ------------------------------------------------------------------
@@ -85,7 +123,11 @@ impl ReceiverFactory for SourceFactory {
     fn stability(&self) -> Stability {
         Stability::Development
     }
-    fn create(&self, config: SourceConfig, _: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
+    fn create(
+        &self,
+        config: SourceConfig,
+        _: &CreateContext,
+    ) -> Result<Box<dyn Receiver>, BuildError> {
         Ok(Box::new(Source(config)))
     }
 }
@@ -98,7 +140,12 @@ impl Receiver for Source {
         for _ in 0..self.0.batches {
             let b = batch(&self.0.service, self.0.samples_per_batch);
             // Retry on refusal, as a well-behaved sender does.
-            while ctx.output.deliver(b.clone(), Duration::from_millis(50)).await.is_err() {
+            while ctx
+                .output
+                .deliver(b.clone(), Duration::from_millis(50))
+                .await
+                .is_err()
+            {
                 if ctx.shutdown.is_cancelled() {
                     return Ok(());
                 }
@@ -130,7 +177,11 @@ impl ProcessorFactory for TagFactory {
     fn stability(&self) -> Stability {
         Stability::Development
     }
-    fn create(&self, config: TagConfig, _: &ProcessorCreateContext) -> Result<Box<dyn Processor>, BuildError> {
+    fn create(
+        &self,
+        config: TagConfig,
+        _: &ProcessorCreateContext,
+    ) -> Result<Box<dyn Processor>, BuildError> {
         Ok(Box::new(Tag(config)))
     }
 }
@@ -139,11 +190,16 @@ struct Tag(TagConfig);
 
 #[async_trait]
 impl Processor for Tag {
-    async fn process(&mut self, mut batch: ProfileBatch, out: &mut Vec<ProfileBatch>) -> Result<(), ProcessError> {
+    async fn process(
+        &mut self,
+        mut batch: ProfileBatch,
+        out: &mut Vec<ProfileBatch>,
+    ) -> Result<(), ProcessError> {
         for rp in batch.resource_profiles_mut() {
             let r = rp.resource.get_or_insert_with(Resource::default);
             r.attributes.retain(|kv| kv.key != self.0.key);
-            r.attributes.push(string_attribute(&self.0.key, &self.0.value));
+            r.attributes
+                .push(string_attribute(&self.0.key, &self.0.value));
         }
         out.push(batch);
         Ok(())
@@ -166,7 +222,11 @@ impl ProcessorFactory for HoldFactory {
     fn stability(&self) -> Stability {
         Stability::Development
     }
-    fn create(&self, _: HoldConfig, _: &ProcessorCreateContext) -> Result<Box<dyn Processor>, BuildError> {
+    fn create(
+        &self,
+        _: HoldConfig,
+        _: &ProcessorCreateContext,
+    ) -> Result<Box<dyn Processor>, BuildError> {
         Ok(Box::new(Hold(Vec::new())))
     }
 }
@@ -175,7 +235,11 @@ struct Hold(Vec<ProfileBatch>);
 
 #[async_trait]
 impl Processor for Hold {
-    async fn process(&mut self, batch: ProfileBatch, _: &mut Vec<ProfileBatch>) -> Result<(), ProcessError> {
+    async fn process(
+        &mut self,
+        batch: ProfileBatch,
+        _: &mut Vec<ProfileBatch>,
+    ) -> Result<(), ProcessError> {
         self.0.push(batch);
         Ok(())
     }
@@ -194,7 +258,12 @@ fn sinks() -> &'static Mutex<HashMap<String, Vec<ProfileBatch>>> {
 
 /// What the sink named `name` has received so far.
 pub fn sink_contents(name: &str) -> Vec<ProfileBatch> {
-    sinks().lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(name).cloned().unwrap_or_default()
+    sinks()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(name)
+        .cloned()
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -217,9 +286,19 @@ impl ExporterFactory for SinkFactory {
         Stability::Development
     }
     fn helper_settings(&self, _: &SinkConfig) -> ExporterHelperSettings {
-        ExporterHelperSettings { queue: QueueSettings { enabled: false, ..QueueSettings::default() }, ..Default::default() }
+        ExporterHelperSettings {
+            queue: QueueSettings {
+                enabled: false,
+                ..QueueSettings::default()
+            },
+            ..Default::default()
+        }
     }
-    fn create(&self, config: SinkConfig, _: &CreateContext) -> Result<Box<dyn Exporter>, BuildError> {
+    fn create(
+        &self,
+        config: SinkConfig,
+        _: &CreateContext,
+    ) -> Result<Box<dyn Exporter>, BuildError> {
         Ok(Box::new(Sink(config.name)))
     }
 }
@@ -229,7 +308,12 @@ struct Sink(String);
 #[async_trait]
 impl Exporter for Sink {
     async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError> {
-        sinks().lock().unwrap_or_else(std::sync::PoisonError::into_inner).entry(self.0.clone()).or_default().push(batch);
+        sinks()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(self.0.clone())
+            .or_default()
+            .push(batch);
         Ok(())
     }
 }
@@ -237,6 +321,10 @@ impl Exporter for Sink {
 /// A registry holding the test components.
 pub fn registry() -> crate::component::Registry {
     let mut r = crate::component::Registry::new();
-    let _ = r.receiver(SourceFactory).and_then(|r| r.processor(TagFactory)).and_then(|r| r.processor(HoldFactory)).and_then(|r| r.exporter(SinkFactory));
+    let _ = r
+        .receiver(SourceFactory)
+        .and_then(|r| r.processor(TagFactory))
+        .and_then(|r| r.processor(HoldFactory))
+        .and_then(|r| r.exporter(SinkFactory));
     r
 }

@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
+pub mod components;
 pub mod convert;
 pub mod inspect;
+pub mod run;
 
 use anyhow::Context as _;
 use profcol_core::pdata::ProfileBatch;

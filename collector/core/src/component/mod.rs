@@ -7,7 +7,7 @@
 
 mod id;
 pub(crate) mod output;
-mod registry;
+pub mod registry;
 
 use std::sync::Arc;
 use std::time::Duration;

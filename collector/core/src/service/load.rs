@@ -6,7 +6,8 @@ use serde_yaml_ng::{Mapping, Value};
 
 use crate::component::{ComponentId, Kind, ParsedConfig, PipelineId, Registry};
 use crate::config::{
-    ConfigError, ConfigErrors, PipelineConfig, RawConfig, TelemetryConfig, expand_env, merge_values, parse_yaml,
+    ConfigError, ConfigErrors, PipelineConfig, RawConfig, TelemetryConfig, expand_env,
+    merge_values, parse_yaml,
 };
 
 /// One pipeline, with its components resolved to ids.
@@ -48,7 +49,9 @@ impl CollectorConfig {
 fn key_text(k: &Value) -> String {
     match k {
         Value::String(s) => s.clone(),
-        other => serde_yaml_ng::to_string(other).map(|s| s.trim().to_owned()).unwrap_or_default(),
+        other => serde_yaml_ng::to_string(other)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default(),
     }
 }
 
@@ -64,7 +67,10 @@ pub fn load(
         match parse_yaml(name, text) {
             Ok(Value::Null) => {}
             Ok(v @ Value::Mapping(_)) => merge_values(&mut merged, v),
-            Ok(_) => errors.push(ConfigError::new(name.clone(), "the top level must be a mapping")),
+            Ok(_) => errors.push(ConfigError::new(
+                name.clone(),
+                "the top level must be a mapping",
+            )),
             Err(e) => errors.push(e),
         }
     }
@@ -84,23 +90,34 @@ pub fn load(
     let exporters = parse_section(registry, Kind::Exporter, &raw.exporters, &mut errors);
     let extensions = parse_section(registry, Kind::Extension, &raw.extensions, &mut errors);
     if !raw.connectors.is_empty() {
-        errors.push(ConfigError::new("connectors", "profcol has no connectors yet"));
+        errors.push(ConfigError::new(
+            "connectors",
+            "profcol has no connectors yet",
+        ));
     }
 
-    let defined = |list: &[(ComponentId, Option<ParsedConfig>)], id: &ComponentId| list.iter().any(|(i, _)| i == id);
+    let defined = |list: &[(ComponentId, Option<ParsedConfig>)], id: &ComponentId| {
+        list.iter().any(|(i, _)| i == id)
+    };
     let mut service_extensions = Vec::new();
     for (i, text) in raw.service.extensions.iter().enumerate() {
         let path = format!("service::extensions[{i}]");
         match ComponentId::parse(text) {
             Ok(id) if defined(&extensions, &id) => service_extensions.push(id),
-            Ok(id) => errors.push(ConfigError::new(path, format!("references extension \"{id}\", which is not defined under extensions"))),
+            Ok(id) => errors.push(ConfigError::new(
+                path,
+                format!("references extension \"{id}\", which is not defined under extensions"),
+            )),
             Err(e) => errors.push(ConfigError::new(path, e)),
         }
     }
 
     let mut pipelines = Vec::new();
     if raw.service.pipelines.is_empty() {
-        errors.push(ConfigError::new("service::pipelines", "no pipelines: define at least one profiles pipeline"));
+        errors.push(ConfigError::new(
+            "service::pipelines",
+            "no pipelines: define at least one profiles pipeline",
+        ));
     }
     for (key, value) in &raw.service.pipelines {
         let name = key_text(key);
@@ -119,16 +136,26 @@ pub fn load(
                 continue;
             }
         };
-        let mut resolve = |list: &[String], section: &str, pool: &[(ComponentId, Option<ParsedConfig>)], kind: Kind| {
+        let mut resolve = |list: &[String],
+                           section: &str,
+                           pool: &[(ComponentId, Option<ParsedConfig>)],
+                           kind: Kind| {
             let mut ids: Vec<ComponentId> = Vec::new();
             for (i, text) in list.iter().enumerate() {
                 let at = format!("{path}::{section}[{i}]");
                 match ComponentId::parse(text) {
-                    Ok(id) if ids.contains(&id) => errors.push(ConfigError::new(at, format!("{id} is listed twice"))),
+                    Ok(id) if ids.contains(&id) => {
+                        errors.push(ConfigError::new(at, format!("{id} is listed twice")))
+                    }
                     Ok(id) if defined(pool, &id) => ids.push(id),
                     Ok(id) => errors.push(ConfigError::new(
                         at,
-                        format!("references {} {:?}, which is not defined under {}", kind.as_str(), id.to_string(), kind.section()),
+                        format!(
+                            "references {} {:?}, which is not defined under {}",
+                            kind.as_str(),
+                            id.to_string(),
+                            kind.section()
+                        ),
                     )),
                     Err(e) => errors.push(ConfigError::new(at, e)),
                 }
@@ -137,21 +164,36 @@ pub fn load(
         };
         let pipeline = Pipeline {
             receivers: resolve(&config.receivers, "receivers", &receivers, Kind::Receiver),
-            processors: resolve(&config.processors, "processors", &processors, Kind::Processor),
+            processors: resolve(
+                &config.processors,
+                "processors",
+                &processors,
+                Kind::Processor,
+            ),
             exporters: resolve(&config.exporters, "exporters", &exporters, Kind::Exporter),
             id,
         };
         if config.receivers.is_empty() {
-            errors.push(ConfigError::new(path.clone(), "must have at least one receiver"));
+            errors.push(ConfigError::new(
+                path.clone(),
+                "must have at least one receiver",
+            ));
         }
         if config.exporters.is_empty() {
-            errors.push(ConfigError::new(path.clone(), "must have at least one exporter"));
+            errors.push(ConfigError::new(
+                path.clone(),
+                "must have at least one exporter",
+            ));
         }
         pipelines.push(pipeline);
     }
 
     let mut warnings = Vec::new();
-    for (kind, list) in [(Kind::Receiver, &receivers), (Kind::Processor, &processors), (Kind::Exporter, &exporters)] {
+    for (kind, list) in [
+        (Kind::Receiver, &receivers),
+        (Kind::Processor, &processors),
+        (Kind::Exporter, &exporters),
+    ] {
         for (id, _) in list.iter() {
             let used = pipelines.iter().any(|p| match kind {
                 Kind::Receiver => p.receivers.contains(id),
@@ -159,13 +201,18 @@ pub fn load(
                 _ => p.exporters.contains(id),
             });
             if !used {
-                warnings.push(format!("{} {id} is defined but no pipeline uses it", kind.as_str()));
+                warnings.push(format!(
+                    "{} {id} is defined but no pipeline uses it",
+                    kind.as_str()
+                ));
             }
         }
     }
     for (id, _) in &extensions {
         if !service_extensions.contains(id) {
-            warnings.push(format!("extension {id} is defined but not listed in service::extensions"));
+            warnings.push(format!(
+                "extension {id} is defined but not listed in service::extensions"
+            ));
         }
     }
     if let Err(e) = raw.service.telemetry.metrics.listen_address() {
@@ -175,7 +222,11 @@ pub fn load(
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
-    let keep = |list: Vec<(ComponentId, Option<ParsedConfig>)>| list.into_iter().filter_map(|(id, c)| c.map(|c| (id, c))).collect();
+    let keep = |list: Vec<(ComponentId, Option<ParsedConfig>)>| {
+        list.into_iter()
+            .filter_map(|(id, c)| c.map(|c| (id, c)))
+            .collect()
+    };
     Ok(CollectorConfig {
         receivers: keep(receivers),
         processors: keep(processors),

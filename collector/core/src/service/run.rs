@@ -19,8 +19,8 @@ use tracing::Instrument;
 use super::load::{CollectorConfig, Pipeline};
 use super::status::{ComponentStatus, Status};
 use crate::component::{
-    BuildError, ComponentError, ComponentId, CreateContext, ExtensionContext, Kind, Processor, ProcessorCreateContext,
-    ReceiverContext, ReceiverOutput, Registry, output::Entrance,
+    BuildError, ComponentError, ComponentId, CreateContext, ExtensionContext, Kind, Processor,
+    ProcessorCreateContext, ReceiverContext, ReceiverOutput, Registry, output::Entrance,
 };
 use crate::exporterhelper::ExporterHandle;
 use crate::pdata::ProfileBatch;
@@ -36,7 +36,10 @@ pub struct ServiceOptions {
 
 impl Default for ServiceOptions {
     fn default() -> Self {
-        ServiceOptions { shutdown_timeout: Duration::from_secs(10), pipeline_capacity: 16 }
+        ServiceOptions {
+            shutdown_timeout: Duration::from_secs(10),
+            pipeline_capacity: 16,
+        }
     }
 }
 
@@ -68,12 +71,17 @@ pub async fn run(
     let mut extension_tasks = Vec::new();
     let mut storage = Vec::new();
     for id in &config.service_extensions {
-        let (Some(parsed), Some(factory)) =
-            (config.config_of(Kind::Extension, id), registry.extensions.get(id.type_name()))
-        else {
+        let (Some(parsed), Some(factory)) = (
+            config.config_of(Kind::Extension, id),
+            registry.extensions.get(id.type_name()),
+        ) else {
             continue;
         };
-        let ctx = CreateContext { id: id.clone(), telemetry: telemetry.clone(), storage: Arc::default() };
+        let ctx = CreateContext {
+            id: id.clone(),
+            telemetry: telemetry.clone(),
+            storage: Arc::default(),
+        };
         let extension = factory.create(parsed, &ctx)?;
         if let Some(dir) = extension.storage_directory() {
             storage.push((id.clone(), dir));
@@ -84,9 +92,12 @@ pub async fn run(
             telemetry: telemetry.clone(),
             status: status.clone(),
         };
-        extension_tasks.push(spawn_component(label(Kind::Extension, id), status.clone(), fatal_tx.clone(), async move {
-            extension.run(ectx).await
-        }));
+        extension_tasks.push(spawn_component(
+            label(Kind::Extension, id),
+            status.clone(),
+            fatal_tx.clone(),
+            async move { extension.run(ectx).await },
+        ));
     }
     let storage = Arc::new(storage);
 
@@ -97,12 +108,17 @@ pub async fn run(
             if exporters.contains_key(id) {
                 continue;
             }
-            let (Some(parsed), Some(factory)) =
-                (config.config_of(Kind::Exporter, id), registry.exporters.get(id.type_name()))
-            else {
+            let (Some(parsed), Some(factory)) = (
+                config.config_of(Kind::Exporter, id),
+                registry.exporters.get(id.type_name()),
+            ) else {
                 continue;
             };
-            let ctx = CreateContext { id: id.clone(), telemetry: telemetry.clone(), storage: storage.clone() };
+            let ctx = CreateContext {
+                id: id.clone(),
+                telemetry: telemetry.clone(),
+                storage: storage.clone(),
+            };
             let settings = factory.helper_settings(parsed);
             let storage_dir = match &settings.queue.storage {
                 Some(name) if settings.queue.enabled => {
@@ -113,10 +129,12 @@ pub async fn run(
                 }
                 _ => None,
             };
-            let exporter: Arc<dyn crate::component::Exporter> = Arc::from(factory.create(parsed, &ctx)?);
+            let exporter: Arc<dyn crate::component::Exporter> =
+                Arc::from(factory.create(parsed, &ctx)?);
             let counters = ExporterCounters::new(&telemetry, &id.to_string());
-            let handle = ExporterHandle::start(id.clone(), exporter, &settings, counters, storage_dir)
-                .map_err(|e| BuildError::new(id, e))?;
+            let handle =
+                ExporterHandle::start(id.clone(), exporter, &settings, counters, storage_dir)
+                    .map_err(|e| BuildError::new(id, e))?;
             status.set(&label(Kind::Exporter, id), ComponentStatus::Ok);
             exporters.insert(id.clone(), handle);
         }
@@ -128,25 +146,45 @@ pub async fn run(
     for pipeline in &config.pipelines {
         let mut chain = Vec::new();
         for id in &pipeline.processors {
-            let (Some(parsed), Some(factory)) =
-                (config.config_of(Kind::Processor, id), registry.processors.get(id.type_name()))
-            else {
+            let (Some(parsed), Some(factory)) = (
+                config.config_of(Kind::Processor, id),
+                registry.processors.get(id.type_name()),
+            ) else {
                 continue;
             };
             let ctx = ProcessorCreateContext {
-                base: CreateContext { id: id.clone(), telemetry: telemetry.clone(), storage: storage.clone() },
+                base: CreateContext {
+                    id: id.clone(),
+                    telemetry: telemetry.clone(),
+                    storage: storage.clone(),
+                },
                 pipeline: pipeline.id.clone(),
             };
             let processor = factory.create(parsed, &ctx)?;
-            let counters = ProcessorCounters::new(&telemetry, &id.to_string(), pipeline.id.as_str());
-            chain.push(Stage { id: id.clone(), processor, counters, next_tick: None });
+            let counters =
+                ProcessorCounters::new(&telemetry, &id.to_string(), pipeline.id.as_str());
+            chain.push(Stage {
+                id: id.clone(),
+                processor,
+                counters,
+                next_tick: None,
+            });
         }
         let (tx, rx) = mpsc::channel(options.pipeline_capacity.max(1));
-        let admission = chain.iter().filter_map(|s| s.processor.admission()).collect();
+        let admission = chain
+            .iter()
+            .filter_map(|s| s.processor.admission())
+            .collect();
         entrances.insert(pipeline.id.to_string(), Entrance { tx, admission });
-        let outputs: Vec<ExporterHandle> = pipeline.exporters.iter().filter_map(|id| exporters.get(id).cloned()).collect();
+        let outputs: Vec<ExporterHandle> = pipeline
+            .exporters
+            .iter()
+            .filter_map(|id| exporters.get(id).cloned())
+            .collect();
         let span = tracing::info_span!("pipeline", pipeline = %pipeline.id);
-        pipeline_tasks.push(tokio::spawn(run_pipeline(rx, chain, outputs).instrument(span)));
+        pipeline_tasks.push(tokio::spawn(
+            run_pipeline(rx, chain, outputs).instrument(span),
+        ));
     }
 
     // Receivers last: one per id, feeding every pipeline that lists it.
@@ -161,9 +199,10 @@ pub async fn run(
         }
     }
     for id in receiver_ids {
-        let (Some(parsed), Some(factory)) =
-            (config.config_of(Kind::Receiver, id), registry.receivers.get(id.type_name()))
-        else {
+        let (Some(parsed), Some(factory)) = (
+            config.config_of(Kind::Receiver, id),
+            registry.receivers.get(id.type_name()),
+        ) else {
             continue;
         };
         let feeds: Vec<Entrance> = config
@@ -172,7 +211,11 @@ pub async fn run(
             .filter(|p: &&Pipeline| p.receivers.contains(id))
             .filter_map(|p| entrances.get(p.id.as_str()).cloned())
             .collect();
-        let ctx = CreateContext { id: id.clone(), telemetry: telemetry.clone(), storage: storage.clone() };
+        let ctx = CreateContext {
+            id: id.clone(),
+            telemetry: telemetry.clone(),
+            storage: storage.clone(),
+        };
         let receiver = factory.create(parsed, &ctx)?;
         let rctx = ReceiverContext {
             id: id.clone(),
@@ -181,9 +224,12 @@ pub async fn run(
             telemetry: telemetry.clone(),
         };
         let span = tracing::info_span!("receiver", receiver = %id);
-        receiver_tasks.push(spawn_component(label(Kind::Receiver, id), status.clone(), fatal_tx.clone(), async move {
-            receiver.run(rctx).instrument(span).await
-        }));
+        receiver_tasks.push(spawn_component(
+            label(Kind::Receiver, id),
+            status.clone(),
+            fatal_tx.clone(),
+            async move { receiver.run(rctx).instrument(span).await },
+        ));
     }
     // Only receivers hold the entrances now, so the pipelines end when they do.
     drop(entrances);
@@ -262,10 +308,18 @@ enum Event {
 /// A pipeline's task: takes batches from the entrance, runs them through the processors
 /// in order, and hands what comes out to every exporter. Ends when all its receivers have
 /// stopped, after flushing the processors.
-async fn run_pipeline(mut rx: mpsc::Receiver<ProfileBatch>, mut chain: Vec<Stage>, exporters: Vec<ExporterHandle>) {
+async fn run_pipeline(
+    mut rx: mpsc::Receiver<ProfileBatch>,
+    mut chain: Vec<Stage>,
+    exporters: Vec<ExporterHandle>,
+) {
     let now = Instant::now();
     for stage in &mut chain {
-        stage.next_tick = stage.processor.tick_interval().filter(|d| !d.is_zero()).map(|d| now + d);
+        stage.next_tick = stage
+            .processor
+            .tick_interval()
+            .filter(|d| !d.is_zero())
+            .map(|d| now + d);
     }
     loop {
         let earliest = chain.iter().filter_map(|s| s.next_tick).min();
@@ -317,12 +371,18 @@ async fn sleep_until_or_forever(at: Option<Instant>) {
 }
 
 fn count_out(counters: &ProcessorCounters, batches: &[ProfileBatch]) {
-    counters.outgoing.add(batches.iter().map(|b| b.sample_count() as u64).sum());
+    counters
+        .outgoing
+        .add(batches.iter().map(|b| b.sample_count() as u64).sum());
 }
 
 /// Runs `batches` through the processors from `start` on; what leaves the last one is
 /// returned.
-async fn process_from(chain: &mut [Stage], start: usize, mut batches: Vec<ProfileBatch>) -> Vec<ProfileBatch> {
+async fn process_from(
+    chain: &mut [Stage],
+    start: usize,
+    mut batches: Vec<ProfileBatch>,
+) -> Vec<ProfileBatch> {
     for stage in chain.iter_mut().skip(start) {
         if batches.is_empty() {
             break;

@@ -34,30 +34,49 @@ impl Status {
     }
 
     pub fn set(&self, component: &str, status: ComponentStatus) {
-        let mut map = self.0.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self
+            .0
+            .components
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.insert(component.to_owned(), status);
     }
 
     pub fn components(&self) -> BTreeMap<String, ComponentStatus> {
-        self.0.components.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.0
+            .components
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Every pipeline is running (set after start, cleared when shutdown begins).
     pub fn set_ready(&self, ready: bool) {
         self.0.ready.store(ready, Ordering::SeqCst);
         if ready {
-            *self.0.since.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(SystemTime::now());
+            *self
+                .0
+                .since
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(SystemTime::now());
         }
     }
 
     pub fn is_ready(&self) -> bool {
         self.0.ready.load(Ordering::SeqCst)
             && !self.components().values().any(|s| {
-                matches!(s, ComponentStatus::FatalError(_) | ComponentStatus::PermanentError(_))
+                matches!(
+                    s,
+                    ComponentStatus::FatalError(_) | ComponentStatus::PermanentError(_)
+                )
             })
     }
 
     pub fn ready_since(&self) -> Option<SystemTime> {
-        *self.0.since.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .0
+            .since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

@@ -25,9 +25,16 @@ async fn run_until(yaml: &str, want: &[(&str, usize)], wait: Duration) -> Teleme
     let reg = registry();
     let service = {
         let (t, s) = (telemetry.clone(), stop.clone());
-        tokio::spawn(async move { run(config, &reg, t, Status::new(), s, ServiceOptions::default()).await })
+        tokio::spawn(async move {
+            run(config, &reg, t, Status::new(), s, ServiceOptions::default()).await
+        })
     };
-    let samples = |name: &str| sink_contents(name).iter().map(|b| b.sample_count()).sum::<usize>();
+    let samples = |name: &str| {
+        sink_contents(name)
+            .iter()
+            .map(|b| b.sample_count())
+            .sum::<usize>()
+    };
     let deadline = tokio::time::Instant::now() + wait;
     while want.iter().any(|(n, w)| samples(n) < *w) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -61,8 +68,20 @@ service:
         Duration::from_secs(5),
     )
     .await;
-    assert_eq!(t.value("otelcol_receiver_accepted_profile_samples_total", &[("receiver", "test_source")]), Some(12));
-    assert_eq!(t.value("otelcol_exporter_sent_profile_samples_total", &[("exporter", "test_sink/a")]), Some(12));
+    assert_eq!(
+        t.value(
+            "otelcol_receiver_accepted_profile_samples_total",
+            &[("receiver", "test_source")]
+        ),
+        Some(12)
+    );
+    assert_eq!(
+        t.value(
+            "otelcol_exporter_sent_profile_samples_total",
+            &[("exporter", "test_sink/a")]
+        ),
+        Some(12)
+    );
 }
 
 #[tokio::test]
@@ -83,7 +102,10 @@ service:
         Duration::from_secs(5),
     )
     .await;
-    let services: Vec<String> = sink_contents("fanin").iter().filter_map(|b| resource_attribute(b, "service.name")).collect();
+    let services: Vec<String> = sink_contents("fanin")
+        .iter()
+        .filter_map(|b| resource_attribute(b, "service.name"))
+        .collect();
     assert_eq!(services.iter().filter(|s| *s == "x").count(), 2);
     assert_eq!(services.iter().filter(|s| *s == "y").count(), 3);
 }
@@ -110,10 +132,17 @@ service:
     .await;
     let tagged = sink_contents("cow-tagged");
     let plain = sink_contents("cow-plain");
-    assert!(tagged.iter().all(|b| resource_attribute(b, "env").as_deref() == Some("prod")));
+    assert!(
+        tagged
+            .iter()
+            .all(|b| resource_attribute(b, "env").as_deref() == Some("prod"))
+    );
     assert!(plain.iter().all(|b| resource_attribute(b, "env").is_none()));
     // The dictionary was not edited, so both pipelines still share it.
-    assert!(std::ptr::eq(tagged[0].dictionary(), plain[0].dictionary()) || std::ptr::eq(tagged[0].dictionary(), plain[1].dictionary()));
+    assert!(
+        std::ptr::eq(tagged[0].dictionary(), plain[0].dictionary())
+            || std::ptr::eq(tagged[0].dictionary(), plain[1].dictionary())
+    );
 }
 
 #[tokio::test]
@@ -180,15 +209,40 @@ service:
 fn unused_components_warn_and_later_files_override() {
     let base = "receivers: {test_source: {service: a}}\nexporters: {test_sink: {name: one}, test_sink/spare: {name: two}}\nservice: {pipelines: {profiles: {receivers: [test_source], exporters: [test_sink]}}}\n";
     let over = "receivers: {test_source: {service: b}}\n";
-    let config = load(&[("a.yaml".into(), base.into()), ("b.yaml".into(), over.into())], &env, &registry()).expect("valid");
-    assert_eq!(config.warnings, ["exporter test_sink/spare is defined but no pipeline uses it"]);
+    let config = load(
+        &[
+            ("a.yaml".into(), base.into()),
+            ("b.yaml".into(), over.into()),
+        ],
+        &env,
+        &registry(),
+    )
+    .expect("valid");
+    assert_eq!(
+        config.warnings,
+        ["exporter test_sink/spare is defined but no pipeline uses it"]
+    );
     assert_eq!(config.pipelines.len(), 1);
 }
 
 #[test]
 fn top_level_typos_and_env_errors_are_reported() {
     let errors = load_yaml("recievers: {}\n").err().expect("invalid");
-    assert!(errors.to_string().starts_with("recievers: unknown field `recievers`, expected one of `receivers`"), "{errors}");
-    let errors = load_yaml("receivers:\n  test_source:\n    service: ${env:NOT_SET}\nservice: {pipelines: {}}\n").err().expect("invalid");
-    assert!(errors.to_string().contains("receivers::test_source::service: environment variable NOT_SET is not set"), "{errors}");
+    assert!(
+        errors
+            .to_string()
+            .starts_with("recievers: unknown field `recievers`, expected one of `receivers`"),
+        "{errors}"
+    );
+    let errors = load_yaml(
+        "receivers:\n  test_source:\n    service: ${env:NOT_SET}\nservice: {pipelines: {}}\n",
+    )
+    .err()
+    .expect("invalid");
+    assert!(
+        errors
+            .to_string()
+            .contains("receivers::test_source::service: environment variable NOT_SET is not set"),
+        "{errors}"
+    );
 }

@@ -1,0 +1,163 @@
+//! Running the collector: load and check the config, set up logs and /metrics, run the
+//! service until SIGINT/SIGTERM or a fatal component error.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use profcol_core::config::{LogEncoding, TelemetryConfig};
+use profcol_core::service::{self, CollectorConfig, ServiceOptions, Status};
+use profcol_core::telemetry::Telemetry;
+use tokio_util::sync::CancellationToken;
+
+/// `--config` values: a path, `file:PATH`, or `yaml:INLINE` (a snippet merged over the rest,
+/// as otelcol's `--config yaml:...`).
+pub fn read_sources(configs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+    if configs.is_empty() {
+        bail!("no configuration: give one or more --config FILE (examples in config/examples/)");
+    }
+    configs
+        .iter()
+        .map(|c| {
+            if let Some(inline) = c.strip_prefix("yaml:") {
+                return Ok((c.clone(), inline.to_owned()));
+            }
+            let path = c.strip_prefix("file:").unwrap_or(c);
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading config {path}"))?;
+            Ok((path.to_owned(), text))
+        })
+        .collect()
+}
+
+/// Loads and checks; on failure prints every error, one per line.
+pub fn load(configs: &[String]) -> anyhow::Result<CollectorConfig> {
+    let sources = read_sources(configs)?;
+    let registry = crate::components::registry()?;
+    match service::load(&sources, &|name| std::env::var(name).ok(), &registry) {
+        Ok(config) => Ok(config),
+        Err(errors) => {
+            let n = errors.0.len();
+            bail!(
+                "invalid configuration ({n} error{}):\n{errors}",
+                if n == 1 { "" } else { "s" }
+            )
+        }
+    }
+}
+
+fn init_logs(telemetry: &TelemetryConfig) -> anyhow::Result<()> {
+    let level: tracing::Level = telemetry.logs.level.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "service::telemetry::logs::level: {:?} is not one of trace, debug, info, warn, error",
+            telemetry.logs.level
+        )
+    })?;
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr);
+    let result = match telemetry.logs.encoding {
+        LogEncoding::Json => builder.json().try_init(),
+        LogEncoding::Console => builder.try_init(),
+    };
+    result.map_err(|e| anyhow::anyhow!("setting up logs: {e}"))
+}
+
+async fn serve_metrics(
+    address: String,
+    telemetry: Telemetry,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .with_context(|| format!("self-metrics: cannot listen on {address}"))?;
+    tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or(address), "self-metrics at /metrics");
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let t = telemetry.clone();
+            async move { ([("content-type", "text/plain; version=0.0.4")], t.render()) }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await?;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn termination() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+pub fn run(configs: &[String], feature_gates: &[String]) -> anyhow::Result<()> {
+    let config = load(configs)?;
+    init_logs(&config.telemetry)?;
+    for gate in feature_gates {
+        // otelcol needs +service.profilesSupport for profiles pipelines; profcol always has them.
+        tracing::info!(gate = %gate, "feature gates are not needed by profcol; ignoring");
+    }
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(async move {
+        let telemetry = Telemetry::new();
+        let stop = CancellationToken::new();
+        let metrics = match config
+            .telemetry
+            .metrics
+            .listen_address()
+            .map_err(anyhow::Error::msg)?
+        {
+            Some(address) => {
+                let listener = serve_metrics(address, telemetry.clone(), stop.clone());
+                Some(tokio::spawn(listener))
+            }
+            None => None,
+        };
+        let registry = crate::components::registry()?;
+        let signal_stop = stop.clone();
+        tokio::spawn(async move {
+            termination().await;
+            tracing::info!("signal received");
+            signal_stop.cancel();
+        });
+        let result = service::run(
+            config,
+            &registry,
+            telemetry,
+            Status::new(),
+            stop.clone(),
+            ServiceOptions::default(),
+        )
+        .await;
+        stop.cancel();
+        if let Some(m) = metrics {
+            match tokio::time::timeout(Duration::from_secs(2), m).await {
+                Ok(Ok(Err(e))) => return Err(e),
+                _ => {}
+            }
+        }
+        result.map_err(anyhow::Error::from)
+    })
+}

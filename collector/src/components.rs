@@ -1,0 +1,12 @@
+//! The one explicit list of every component this binary carries. Add a factory here and it
+//! exists; there is no registration by linker magic.
+
+use profcol_core::component::Registry;
+use profcol_core::component::registry::DuplicateType;
+
+pub fn registry() -> Result<Registry, DuplicateType> {
+    let mut r = Registry::new();
+    r.extension(profcol_extension_file_storage::FileStorageFactory)?
+        .extension(profcol_extension_health_check::HealthCheckFactory)?;
+    Ok(r)
+}

@@ -6,6 +6,11 @@ use profcol_core::component::registry::DuplicateType;
 
 pub fn registry() -> Result<Registry, DuplicateType> {
     let mut r = Registry::new();
+    r.processor(profcol_processor_batch::BatchFactory)?
+        .processor(profcol_processor_memory_limiter::MemoryLimiterFactory)?
+        .processor(profcol_processor_resource::ResourceFactory)?;
+    r.exporter(profcol_exporter_debug::DebugExporterFactory)?
+        .exporter(profcol_exporter_file::FileExporterFactory)?;
     r.extension(profcol_extension_file_storage::FileStorageFactory)?
         .extension(profcol_extension_health_check::HealthCheckFactory)?;
     Ok(r)

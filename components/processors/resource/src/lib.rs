@@ -1,0 +1,78 @@
+//! `resource`: inserts, updates, upserts or deletes attributes of every resource a batch
+//! carries, with otelcol's `attributes: [{key, value, action, from_attribute}]`.
+
+mod config;
+mod processor;
+
+use profcol_core::component::{
+    BuildError, Processor, ProcessorCreateContext, ProcessorFactory, Stability,
+};
+
+pub use config::{Action, AttributeAction, Config, SetMode, Source, Step};
+pub use processor::ResourceProcessor;
+
+pub struct ResourceFactory;
+
+impl ProcessorFactory for ResourceFactory {
+    type Config = Config;
+
+    fn type_name(&self) -> &'static str {
+        "resource"
+    }
+
+    fn stability(&self) -> Stability {
+        Stability::Beta
+    }
+
+    fn create(
+        &self,
+        config: Config,
+        ctx: &ProcessorCreateContext,
+    ) -> Result<Box<dyn Processor>, BuildError> {
+        let steps = config.steps().map_err(|errors| {
+            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            BuildError::new(&ctx.base.id, text.join("; "))
+        })?;
+        Ok(Box::new(ResourceProcessor::new(steps)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profcol_core::component::{ComponentId, CreateContext, ErasedProcessorFactory, PipelineId};
+    use profcol_core::config::parse_yaml;
+    use profcol_core::pdata::ProfileBatch;
+    use profcol_core::telemetry::Telemetry;
+
+    #[tokio::test]
+    async fn factory_parses_validates_and_creates() {
+        let f = ResourceFactory;
+        assert_eq!(ProcessorFactory::type_name(&f), "resource");
+        assert_eq!(ProcessorFactory::stability(&f), Stability::Beta);
+        let bad =
+            parse_yaml("t", "attributes: [{key: a, action: delete, value: 1}]").expect("yaml");
+        let errors = ErasedProcessorFactory::parse(&f, &bad)
+            .err()
+            .expect("invalid");
+        assert_eq!(errors[0].path, "attributes[0]::value");
+        let good =
+            parse_yaml("t", "attributes: [{key: a, action: upsert, value: 1}]").expect("yaml");
+        let parsed = ErasedProcessorFactory::parse(&f, &good).expect("valid");
+        let ctx = ProcessorCreateContext {
+            base: CreateContext {
+                id: ComponentId::new("resource", Some("env")),
+                telemetry: Telemetry::new(),
+                storage: Default::default(),
+            },
+            pipeline: PipelineId::parse("profiles").expect("pipeline id"),
+        };
+        let mut p = ErasedProcessorFactory::create(&f, &parsed, &ctx).expect("create");
+        assert_eq!(p.tick_interval(), None);
+        let mut out = Vec::new();
+        p.process(ProfileBatch::empty(), &mut out)
+            .await
+            .expect("process");
+        assert_eq!(out, vec![ProfileBatch::empty()]);
+    }
+}

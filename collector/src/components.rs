@@ -6,6 +6,7 @@ use profcol_core::component::registry::DuplicateType;
 
 pub fn registry() -> Result<Registry, DuplicateType> {
     let mut r = Registry::new();
+    r.receiver(profcol_receiver_otlp::OtlpReceiverFactory)?;
     r.processor(profcol_processor_batch::BatchFactory)?
         .processor(profcol_processor_memory_limiter::MemoryLimiterFactory)?
         .processor(profcol_processor_resource::ResourceFactory)?;

@@ -1,0 +1,351 @@
+//! The receiver's typed config, in the OpenTelemetry Collector's shape:
+//!
+//! ```yaml
+//! protocols:
+//!   grpc:                     # present = enabled; a null value means all defaults
+//!     endpoint: localhost:4317
+//!     max_recv_msg_size_mib: 64
+//!     tls: {cert_file: ..., key_file: ..., client_ca_file: ...}
+//!   http:
+//!     endpoint: localhost:4318
+//!     max_request_body_size: 67108864
+//! ```
+
+use std::path::PathBuf;
+
+use profcol_core::config::{ConfigError, Validate};
+use serde::{Deserialize, Deserializer};
+
+pub const DEFAULT_GRPC_ENDPOINT: &str = "localhost:4317";
+pub const DEFAULT_HTTP_ENDPOINT: &str = "localhost:4318";
+/// OTLP's recommended cap for profiles requests.
+pub const DEFAULT_MAX_RECV_MSG_SIZE_MIB: u32 = 64;
+pub const DEFAULT_MAX_REQUEST_BODY_SIZE: u64 = 64 << 20;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    #[serde(deserialize_with = "null_is_default")]
+    pub protocols: Protocols,
+}
+
+/// Which protocols are served. A protocol is enabled when its key is present.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Protocols {
+    #[serde(deserialize_with = "null_means_default")]
+    pub grpc: Option<GrpcConfig>,
+    #[serde(deserialize_with = "null_means_default")]
+    pub http: Option<HttpConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpcConfig {
+    /// `host:port` to listen on.
+    pub endpoint: String,
+    /// The largest request accepted, after decompression, in MiB.
+    pub max_recv_msg_size_mib: u32,
+    pub tls: Option<TlsConfig>,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        GrpcConfig {
+            endpoint: DEFAULT_GRPC_ENDPOINT.to_owned(),
+            max_recv_msg_size_mib: DEFAULT_MAX_RECV_MSG_SIZE_MIB,
+            tls: None,
+        }
+    }
+}
+
+impl GrpcConfig {
+    /// The message size cap in bytes.
+    pub fn max_recv_msg_size(&self) -> usize {
+        usize::try_from(u64::from(self.max_recv_msg_size_mib) << 20).unwrap_or(usize::MAX)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// `host:port` to listen on.
+    pub endpoint: String,
+    /// The largest request body accepted, in bytes, both as sent and after decompression.
+    pub max_request_body_size: u64,
+    pub tls: Option<TlsConfig>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            endpoint: DEFAULT_HTTP_ENDPOINT.to_owned(),
+            max_request_body_size: DEFAULT_MAX_REQUEST_BODY_SIZE,
+            tls: None,
+        }
+    }
+}
+
+impl HttpConfig {
+    pub fn max_body_size(&self) -> usize {
+        usize::try_from(self.max_request_body_size).unwrap_or(usize::MAX)
+    }
+}
+
+/// Server-side TLS from PEM files. `client_ca_file` makes client certificates required and
+/// checked against that CA (mutual TLS).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    pub client_ca_file: Option<PathBuf>,
+}
+
+/// `protocols:` with no value is the same as no protocols (which validation then names).
+fn null_is_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// `grpc:` with no value enables the protocol with its defaults (serde alone would read
+/// null as "absent").
+fn null_means_default<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
+}
+
+impl Validate for Config {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        let p = &self.protocols;
+        if p.grpc.is_none() && p.http.is_none() {
+            errors.push(ConfigError::new(
+                "protocols",
+                "must enable at least one protocol (grpc or http)",
+            ));
+        }
+        if let Some(grpc) = &p.grpc {
+            check_endpoint(&grpc.endpoint, "protocols::grpc::endpoint", &mut errors);
+            if grpc.max_recv_msg_size_mib == 0 {
+                errors.push(ConfigError::new(
+                    "protocols::grpc::max_recv_msg_size_mib",
+                    "must be at least 1",
+                ));
+            }
+            if let Some(tls) = &grpc.tls {
+                check_tls(tls, "protocols::grpc::tls", &mut errors);
+            }
+        }
+        if let Some(http) = &p.http {
+            check_endpoint(&http.endpoint, "protocols::http::endpoint", &mut errors);
+            if http.max_request_body_size == 0 {
+                errors.push(ConfigError::new(
+                    "protocols::http::max_request_body_size",
+                    "must be at least 1",
+                ));
+            }
+            if let Some(tls) = &http.tls {
+                check_tls(tls, "protocols::http::tls", &mut errors);
+            }
+        }
+        errors
+    }
+}
+
+fn check_endpoint(endpoint: &str, path: &str, errors: &mut Vec<ConfigError>) {
+    if let Err(problem) = parse_endpoint(endpoint) {
+        errors.push(ConfigError::new(
+            path,
+            format!("{endpoint:?} is not host:port: {problem}"),
+        ));
+    }
+}
+
+/// Splits `host:port` (`[v6]:port`, `:port` for every interface) without resolving it.
+pub(crate) fn parse_endpoint(endpoint: &str) -> Result<(&str, u16), &'static str> {
+    let (host, port) = endpoint.rsplit_once(':').ok_or("missing \":port\"")?;
+    let host = match host.strip_prefix('[') {
+        Some(rest) => rest
+            .strip_suffix(']')
+            .ok_or("an IPv6 address needs brackets, as in [::1]:4317")?,
+        None if host.contains(':') => {
+            return Err("an IPv6 address needs brackets, as in [::1]:4317");
+        }
+        None => host,
+    };
+    if host.chars().any(|c| c.is_whitespace() || c == '/') {
+        return Err("the host has characters a host name cannot have");
+    }
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| "the port must be a number from 0 to 65535")?;
+    Ok((host, port))
+}
+
+fn check_tls(tls: &TlsConfig, path: &str, errors: &mut Vec<ConfigError>) {
+    for (field, value) in [("cert_file", &tls.cert_file), ("key_file", &tls.key_file)] {
+        match value {
+            None => errors.push(ConfigError::new(
+                format!("{path}::{field}"),
+                "is required when tls is set (tls needs both cert_file and key_file)",
+            )),
+            Some(p) if p.as_os_str().is_empty() => errors.push(ConfigError::new(
+                format!("{path}::{field}"),
+                "must not be empty",
+            )),
+            Some(_) => {}
+        }
+    }
+    if tls
+        .client_ca_file
+        .as_ref()
+        .is_some_and(|p| p.as_os_str().is_empty())
+    {
+        errors.push(ConfigError::new(
+            format!("{path}::client_ca_file"),
+            "must not be empty",
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profcol_core::config::{parse_typed, parse_yaml};
+
+    fn load(name: &str) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR")))
+                .expect("testdata");
+        parse_typed(&parse_yaml(name, &text).expect("yaml"))
+    }
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        parse_typed(&parse_yaml("inline", text).expect("yaml"))
+    }
+
+    #[test]
+    fn testdata_config_parses() {
+        let c = load("config.yaml").expect("valid");
+        assert_eq!(
+            c,
+            Config {
+                protocols: Protocols {
+                    grpc: Some(GrpcConfig {
+                        endpoint: "0.0.0.0:4317".into(),
+                        max_recv_msg_size_mib: 16,
+                        tls: Some(TlsConfig {
+                            cert_file: Some("/etc/profcol/server.crt".into()),
+                            key_file: Some("/etc/profcol/server.key".into()),
+                            client_ca_file: Some("/etc/profcol/ca.crt".into()),
+                        }),
+                    }),
+                    http: Some(HttpConfig {
+                        endpoint: "127.0.0.1:14318".into(),
+                        max_request_body_size: 1048576,
+                        tls: None,
+                    }),
+                },
+            }
+        );
+        assert!(c.validate().is_empty(), "{:?}", c.validate());
+        assert_eq!(
+            c.protocols.grpc.as_ref().map(|g| g.max_recv_msg_size()),
+            Some(16 << 20)
+        );
+    }
+
+    #[test]
+    fn typo_names_its_path() {
+        let e = load("typo.yaml").expect_err("typo");
+        assert_eq!(e.path, "protocols::grpc::endpoitn");
+        assert!(
+            e.message.starts_with("unknown field `endpoitn`"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn null_protocol_means_enabled_with_defaults() {
+        let c = parse("protocols:\n  grpc:\n").expect("valid");
+        assert_eq!(c.protocols.grpc, Some(GrpcConfig::default()));
+        assert_eq!(c.protocols.http, None);
+        assert!(c.validate().is_empty());
+        let c = parse("protocols:\n  grpc:\n  http: ~\n").expect("valid");
+        assert_eq!(c.protocols.http, Some(HttpConfig::default()));
+        assert_eq!(
+            c.protocols.http.as_ref().map(|h| h.endpoint.as_str()),
+            Some("localhost:4318")
+        );
+        let c = parse("protocols:\n  http: {endpoint: \"[::1]:9000\"}\n").expect("valid");
+        assert_eq!(
+            c.protocols.http.as_ref().map(|h| h.max_request_body_size),
+            Some(64 << 20)
+        );
+        assert!(c.validate().is_empty());
+    }
+
+    #[test]
+    fn no_protocol_is_invalid() {
+        for text in ["{}", "protocols: {}", "protocols:\n"] {
+            let c = parse(text).expect("parses");
+            assert_eq!(
+                c.validate(),
+                vec![ConfigError::new(
+                    "protocols",
+                    "must enable at least one protocol (grpc or http)"
+                )],
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_values_are_reported_with_their_paths() {
+        let c = parse(
+            "protocols:\n  grpc:\n    endpoint: localhost\n    max_recv_msg_size_mib: 0\n    tls: {cert_file: a.crt}\n  http:\n    endpoint: \"::1:80\"\n    max_request_body_size: 0\n    tls: {}\n",
+        )
+        .expect("parses");
+        let paths: Vec<String> = c.validate().into_iter().map(|e| e.path).collect();
+        assert_eq!(
+            paths,
+            [
+                "protocols::grpc::endpoint",
+                "protocols::grpc::max_recv_msg_size_mib",
+                "protocols::grpc::tls::key_file",
+                "protocols::http::endpoint",
+                "protocols::http::max_request_body_size",
+                "protocols::http::tls::cert_file",
+                "protocols::http::tls::key_file",
+            ]
+        );
+        let e = parse("protocols:\n  http:\n    max_request_body_size: big\n").expect_err("type");
+        assert_eq!(e.path, "protocols::http::max_request_body_size");
+    }
+
+    #[test]
+    fn endpoints() {
+        assert_eq!(parse_endpoint("localhost:4317"), Ok(("localhost", 4317)));
+        assert_eq!(parse_endpoint(":4317"), Ok(("", 4317)));
+        assert_eq!(parse_endpoint("[::1]:0"), Ok(("::1", 0)));
+        assert_eq!(parse_endpoint("0.0.0.0:65535"), Ok(("0.0.0.0", 65535)));
+        for bad in [
+            "localhost",
+            "localhost:",
+            "h:70000",
+            "::1:4317",
+            "[::1:4317",
+            "a b:1",
+        ] {
+            assert!(parse_endpoint(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,406 @@
+//! OTLP/HTTP: `POST /v1development/profiles` with a protobuf or JSON body, plain, gzip or
+//! zstd. Answers come in the request's encoding.
+
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io::Read;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use http::header::{ALLOW, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use profcol_core::component::Refused;
+use profcol_core::pdata::ProfileBatch;
+use profcol_core::pdata::codec::{DecodeError, is_gzip, maybe_gunzip};
+use profcol_core::pdata::otlp_json::{read_profiles_json, write_export_response_json};
+use profcol_core::pdata::types::ExportProfilesServiceResponse;
+use prost::Message;
+use prost::bytes::Bytes;
+
+use crate::Intake;
+use crate::server::PeerAddr;
+use crate::status::{RETRY_DELAY, RpcStatus, code, refused_status};
+
+pub(crate) const PROFILES_PATH: &str = "/v1development/profiles";
+const PROTOBUF: &str = "application/x-protobuf";
+const JSON: &str = "application/json";
+
+/// How long a client may take to send its body.
+const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a request may wait for pipeline room.
+const DELIVER_DEADLINE: std::time::Duration = crate::grpc::DEFAULT_DEADLINE;
+
+/// The body encoding of a request, and so of its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Protobuf,
+    Json,
+}
+
+impl Encoding {
+    fn content_type(self) -> &'static str {
+        match self {
+            Encoding::Protobuf => PROTOBUF,
+            Encoding::Json => JSON,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Coding {
+    Identity,
+    Gzip,
+    Zstd,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HttpError {
+    #[error("no such path {0:?}; OTLP profiles are accepted at POST {PROFILES_PATH}")]
+    NotFound(String),
+    #[error("method {0} is not allowed; use POST")]
+    MethodNotAllowed(Method),
+    #[error("unsupported content type {0:?}; use {PROTOBUF} or {JSON}")]
+    UnsupportedMediaType(String),
+    #[error("unsupported content encoding {0:?}; use gzip, zstd or none")]
+    UnsupportedEncoding(String),
+    #[error("the request body exceeds the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("cannot read the request body: {0}")]
+    Read(String),
+    #[error("the request body did not arrive within {}s", BODY_READ_TIMEOUT.as_secs())]
+    Timeout,
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Refused(Refused),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl HttpError {
+    fn http_status(&self) -> StatusCode {
+        match self {
+            HttpError::NotFound(_) => StatusCode::NOT_FOUND,
+            HttpError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            HttpError::UnsupportedMediaType(_) | HttpError::UnsupportedEncoding(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            HttpError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            HttpError::Timeout => StatusCode::REQUEST_TIMEOUT,
+            HttpError::Read(_) | HttpError::Invalid(_) => StatusCode::BAD_REQUEST,
+            HttpError::Refused(Refused::Full | Refused::MemoryLimit) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            HttpError::Refused(Refused::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn rpc_status(&self) -> RpcStatus {
+        let code = match self {
+            HttpError::Refused(refused) => return refused_status(*refused),
+            HttpError::NotFound(_) => code::NOT_FOUND,
+            HttpError::MethodNotAllowed(_) => code::UNIMPLEMENTED,
+            HttpError::TooLarge { .. } => code::RESOURCE_EXHAUSTED,
+            HttpError::Timeout => code::DEADLINE_EXCEEDED,
+            HttpError::UnsupportedMediaType(_)
+            | HttpError::UnsupportedEncoding(_)
+            | HttpError::Read(_)
+            | HttpError::Invalid(_) => code::INVALID_ARGUMENT,
+            HttpError::Internal(_) => code::INTERNAL,
+        };
+        RpcStatus::new(code, self.to_string())
+    }
+}
+
+/// The OTLP/HTTP handler, for [`crate::server::serve`].
+#[derive(Clone)]
+pub(crate) struct HttpEndpoint {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    intake: Intake,
+    max_body_size: usize,
+}
+
+impl HttpEndpoint {
+    pub(crate) fn new(intake: Intake, max_body_size: usize) -> Self {
+        HttpEndpoint {
+            inner: Arc::new(Inner {
+                intake,
+                max_body_size,
+            }),
+        }
+    }
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for HttpEndpoint {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<Self::Response, Infallible>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move { Ok(inner.handle(request).await) })
+    }
+}
+
+impl Inner {
+    async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+        let encoding = content_type(request.headers());
+        match self.export(request, encoding.clone()).await {
+            Ok(encoding) => success(encoding),
+            Err(e) => {
+                tracing::debug!(error = %e, "otlp receiver: HTTP request refused");
+                error_response(&e, encoding.ok())
+            }
+        }
+    }
+
+    async fn export(
+        &self,
+        request: Request<Incoming>,
+        encoding: Result<Encoding, String>,
+    ) -> Result<Encoding, HttpError> {
+        if request.uri().path() != PROFILES_PATH {
+            return Err(HttpError::NotFound(request.uri().path().to_owned()));
+        }
+        if request.method() != Method::POST {
+            return Err(HttpError::MethodNotAllowed(request.method().clone()));
+        }
+        let encoding = encoding.map_err(HttpError::UnsupportedMediaType)?;
+        let coding = content_coding(request.headers())?;
+        let limit = self.max_body_size;
+        let declared = request
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX)) {
+            return Err(HttpError::TooLarge { limit });
+        }
+        let (parts, body) = request.into_parts();
+        let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
+        let body = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect())
+            .await
+            .map_err(|_| HttpError::Timeout)?
+            .map_err(|e| {
+                if e.downcast_ref::<LengthLimitError>().is_some() {
+                    HttpError::TooLarge { limit }
+                } else {
+                    HttpError::Read(e.to_string())
+                }
+            })?
+            .to_bytes();
+        let batch = tokio::task::spawn_blocking(move || decode(&body, coding, encoding, limit))
+            .await
+            .map_err(|e| HttpError::Internal(format!("decoding task failed: {e}")))??;
+        self.intake
+            .deliver(batch, peer, DELIVER_DEADLINE)
+            .await
+            .map_err(HttpError::Refused)?;
+        Ok(encoding)
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> Result<Encoding, String> {
+    let value = headers
+        .get(CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let media = value.split(';').next().unwrap_or("").trim();
+    if media.eq_ignore_ascii_case(PROTOBUF) {
+        Ok(Encoding::Protobuf)
+    } else if media.eq_ignore_ascii_case(JSON) {
+        Ok(Encoding::Json)
+    } else {
+        Err(value)
+    }
+}
+
+fn content_coding(headers: &HeaderMap) -> Result<Coding, HttpError> {
+    let Some(value) = headers.get(CONTENT_ENCODING) else {
+        return Ok(Coding::Identity);
+    };
+    let text = String::from_utf8_lossy(value.as_bytes());
+    match text.trim().to_ascii_lowercase().as_str() {
+        "" | "identity" => Ok(Coding::Identity),
+        "gzip" | "x-gzip" => Ok(Coding::Gzip),
+        "zstd" => Ok(Coding::Zstd),
+        _ => Err(HttpError::UnsupportedEncoding(text.into_owned())),
+    }
+}
+
+/// Decompresses (capped at `limit`), parses and validates a body. CPU-bound: run it off the
+/// async workers.
+fn decode(
+    body: &[u8],
+    coding: Coding,
+    encoding: Encoding,
+    limit: usize,
+) -> Result<ProfileBatch, HttpError> {
+    let plain: Cow<'_, [u8]> = match coding {
+        Coding::Identity => Cow::Borrowed(body),
+        Coding::Gzip => {
+            if !is_gzip(body) {
+                return Err(HttpError::Invalid(
+                    "Content-Encoding is gzip but the body is not gzip data".into(),
+                ));
+            }
+            maybe_gunzip(body, limit).map_err(|e| match e {
+                DecodeError::TooLarge { limit } => HttpError::TooLarge { limit },
+                other => HttpError::Invalid(other.to_string()),
+            })?
+        }
+        Coding::Zstd => Cow::Owned(unzstd(body, limit)?),
+    };
+    let invalid = |e: DecodeError| HttpError::Invalid(e.to_string());
+    match encoding {
+        Encoding::Protobuf => ProfileBatch::decode(&plain).map_err(invalid),
+        Encoding::Json => {
+            let data = read_profiles_json(&plain).map_err(|e| invalid(DecodeError::Json(e)))?;
+            ProfileBatch::new(data).map_err(|e| invalid(DecodeError::Invalid(e)))
+        }
+    }
+}
+
+fn unzstd(body: &[u8], limit: usize) -> Result<Vec<u8>, HttpError> {
+    let corrupt = |e: std::io::Error| HttpError::Invalid(format!("zstd data is corrupt: {e}"));
+    let decoder = zstd::stream::read::Decoder::new(body).map_err(corrupt)?;
+    let mut out = Vec::new();
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    decoder.take(cap).read_to_end(&mut out).map_err(corrupt)?;
+    if out.len() > limit {
+        return Err(HttpError::TooLarge { limit });
+    }
+    Ok(out)
+}
+
+fn success(encoding: Encoding) -> Response<Full<Bytes>> {
+    let response = ExportProfilesServiceResponse::default();
+    let body = match encoding {
+        Encoding::Protobuf => response.encode_to_vec(),
+        Encoding::Json => {
+            let mut out = Vec::new();
+            write_export_response_json(&response, &mut out);
+            out
+        }
+    };
+    respond(StatusCode::OK, encoding.content_type(), body)
+}
+
+/// A `google.rpc.Status` body in the request's encoding; plain text when the request's
+/// encoding is not one of OTLP's.
+fn error_response(error: &HttpError, encoding: Option<Encoding>) -> Response<Full<Bytes>> {
+    let status = error.rpc_status();
+    let mut response = match encoding {
+        Some(Encoding::Protobuf) => respond(error.http_status(), PROTOBUF, status.encode_to_vec()),
+        Some(Encoding::Json) => respond(error.http_status(), JSON, status.to_json()),
+        None => respond(
+            error.http_status(),
+            "text/plain; charset=utf-8",
+            status.message.into_bytes(),
+        ),
+    };
+    let headers = response.headers_mut();
+    match error {
+        HttpError::MethodNotAllowed(_) => {
+            headers.insert(ALLOW, HeaderValue::from_static("POST"));
+        }
+        HttpError::Refused(Refused::Full | Refused::MemoryLimit) => {
+            headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_DELAY.as_secs()));
+        }
+        _ => {}
+    }
+    response
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn content_types() {
+        assert_eq!(
+            content_type(&headers(&[("content-type", "application/x-protobuf")])),
+            Ok(Encoding::Protobuf)
+        );
+        assert_eq!(
+            content_type(&headers(&[(
+                "content-type",
+                "Application/JSON; charset=utf-8"
+            )])),
+            Ok(Encoding::Json)
+        );
+        assert_eq!(
+            content_type(&headers(&[("content-type", "text/plain")])),
+            Err("text/plain".into())
+        );
+        assert_eq!(content_type(&HeaderMap::new()), Err(String::new()));
+    }
+
+    #[test]
+    fn content_codings() {
+        assert_eq!(
+            content_coding(&HeaderMap::new()).ok(),
+            Some(Coding::Identity)
+        );
+        assert_eq!(
+            content_coding(&headers(&[("content-encoding", "GZIP")])).ok(),
+            Some(Coding::Gzip)
+        );
+        assert_eq!(
+            content_coding(&headers(&[("content-encoding", "zstd")])).ok(),
+            Some(Coding::Zstd)
+        );
+        assert!(matches!(
+            content_coding(&headers(&[("content-encoding", "br")])),
+            Err(HttpError::UnsupportedEncoding(e)) if e == "br"
+        ));
+    }
+
+    #[test]
+    fn zstd_bomb_stops_at_the_limit() {
+        let zeros = vec![0u8; 4 << 20];
+        let packed = zstd::encode_all(zeros.as_slice(), 3).expect("compress");
+        assert!(matches!(
+            unzstd(&packed, 1 << 20),
+            Err(HttpError::TooLarge { limit }) if limit == 1 << 20
+        ));
+        assert_eq!(unzstd(&packed, 4 << 20).expect("fits").len(), 4 << 20);
+        assert!(matches!(
+            unzstd(b"not zstd", 1 << 20),
+            Err(HttpError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn gzip_that_is_not_gzip_is_a_bad_request() {
+        let e = decode(b"plain", Coding::Gzip, Encoding::Protobuf, 1 << 20).expect_err("not gzip");
+        assert_eq!(e.http_status(), StatusCode::BAD_REQUEST);
+    }
+}

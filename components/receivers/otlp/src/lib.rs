@@ -1,0 +1,213 @@
+//! `otlp` receiver: OTLP profiles over gRPC (`ProfilesService/Export`, port 4317) and HTTP
+//! (`POST /v1development/profiles`, port 4318, protobuf or JSON), each optionally with TLS.
+//! Configured as the OpenTelemetry Collector's otlpreceiver is, so users' configs carry over.
+//!
+//! Every request is validated at the door ([`ProfileBatch::new`]) and handed to all pipelines
+//! or none ([`ReceiverOutput::deliver`]); a refusal reaches the sender as a retryable status
+//! (gRPC RESOURCE_EXHAUSTED with RetryInfo / HTTP 429 with `Retry-After`).
+
+mod config;
+mod grpc;
+mod http;
+mod server;
+mod status;
+mod tls;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use profcol_core::component::{
+    BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory,
+    ReceiverOutput, Refused, Stability,
+};
+use profcol_core::config::Validate;
+use profcol_core::pdata::types::ProfilesData;
+use profcol_core::pdata::{ClientInfo, ProfileBatch, ValidationError};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{Config, GrpcConfig, HttpConfig, Protocols, TlsConfig};
+pub use status::{ProtoAny, ProtoDuration, RetryInfo, RpcStatus};
+pub use tls::TlsError;
+
+/// The HTTP path profiles are posted to.
+pub const PROFILES_HTTP_PATH: &str = http::PROFILES_PATH;
+
+/// Creates `otlp` receivers.
+pub struct OtlpReceiverFactory;
+
+impl ReceiverFactory for OtlpReceiverFactory {
+    type Config = Config;
+
+    fn type_name(&self) -> &'static str {
+        "otlp"
+    }
+
+    fn stability(&self) -> Stability {
+        Stability::Alpha
+    }
+
+    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
+        if let Some(e) = config.validate().into_iter().next() {
+            return Err(BuildError::new(&ctx.id, e.to_string()));
+        }
+        let load = |protocol: &str, tls: Option<&TlsConfig>, alpn| {
+            tls.map(|t| tls::load_acceptor(t, alpn))
+                .transpose()
+                .map_err(|e| BuildError::new(&ctx.id, format!("protocols::{protocol}: {e}")))
+        };
+        let grpc = match config.protocols.grpc {
+            Some(c) => Some(GrpcSetup {
+                tls: load("grpc", c.tls.as_ref(), tls::Alpn::H2Only)?,
+                config: c,
+            }),
+            None => None,
+        };
+        let http = match config.protocols.http {
+            Some(c) => Some(HttpSetup {
+                tls: load("http", c.tls.as_ref(), tls::Alpn::H2AndHttp1)?,
+                config: c,
+            }),
+            None => None,
+        };
+        Ok(Box::new(OtlpReceiver { grpc, http }))
+    }
+}
+
+struct GrpcSetup {
+    config: GrpcConfig,
+    tls: Option<TlsAcceptor>,
+}
+
+struct HttpSetup {
+    config: HttpConfig,
+    tls: Option<TlsAcceptor>,
+}
+
+struct OtlpReceiver {
+    grpc: Option<GrpcSetup>,
+    http: Option<HttpSetup>,
+}
+
+#[async_trait]
+impl Receiver for OtlpReceiver {
+    async fn run(self: Box<Self>, ctx: ReceiverContext) -> Result<(), ComponentError> {
+        let intake = Intake {
+            output: ctx.output,
+            shutdown: ctx.shutdown.clone(),
+        };
+        // Bind both before serving either, so a port in use stops the whole receiver.
+        let grpc = match self.grpc {
+            Some(g) => {
+                let tcp = bind(&g.config.endpoint, "grpc").await?;
+                log_listening(&ctx.id.to_string(), "grpc", &tcp, g.tls.is_some());
+                Some((g, tcp))
+            }
+            None => None,
+        };
+        let http = match self.http {
+            Some(h) => {
+                let tcp = bind(&h.config.endpoint, "http").await?;
+                log_listening(&ctx.id.to_string(), "http", &tcp, h.tls.is_some());
+                Some((h, tcp))
+            }
+            None => None,
+        };
+        let grpc = async {
+            if let Some((g, tcp)) = grpc {
+                let listener = server::Listener {
+                    tcp,
+                    tls: g.tls,
+                    http2_only: true,
+                    protocol: "grpc",
+                };
+                let endpoint =
+                    grpc::GrpcEndpoint::new(intake.clone(), g.config.max_recv_msg_size());
+                server::serve(listener, endpoint, ctx.shutdown.clone()).await;
+            }
+        };
+        let http = async {
+            if let Some((h, tcp)) = http {
+                let listener = server::Listener {
+                    tcp,
+                    tls: h.tls,
+                    http2_only: false,
+                    protocol: "http",
+                };
+                let endpoint = http::HttpEndpoint::new(intake.clone(), h.config.max_body_size());
+                server::serve(listener, endpoint, ctx.shutdown.clone()).await;
+            }
+        };
+        tokio::join!(grpc, http);
+        tracing::info!(id = %ctx.id, "otlp receiver stopped");
+        Ok(())
+    }
+}
+
+fn log_listening(id: &str, protocol: &str, tcp: &TcpListener, tls: bool) {
+    match tcp.local_addr() {
+        Ok(addr) => tracing::info!(id, protocol, %addr, tls, "otlp receiver listening"),
+        Err(e) => tracing::info!(id, protocol, error = %e, tls, "otlp receiver listening"),
+    }
+}
+
+async fn bind(endpoint: &str, protocol: &str) -> Result<TcpListener, ComponentError> {
+    let fatal = |e: &dyn std::fmt::Display| {
+        ComponentError::Fatal(format!(
+            "otlp receiver: cannot listen on {endpoint} ({protocol}): {e}"
+        ))
+    };
+    let (host, port) = config::parse_endpoint(endpoint).map_err(|e| fatal(&e))?;
+    // `:4317` means every interface, as in Go.
+    let address = if host.is_empty() {
+        format!("0.0.0.0:{port}")
+    } else {
+        endpoint.to_owned()
+    };
+    TcpListener::bind(address.as_str())
+        .await
+        .map_err(|e| fatal(&e))
+}
+
+/// What both protocols share: the way into the pipelines.
+#[derive(Clone)]
+pub(crate) struct Intake {
+    output: ReceiverOutput,
+    shutdown: CancellationToken,
+}
+
+impl Intake {
+    /// Hands the batch to the pipelines, waiting up to `deadline` for room; at shutdown it
+    /// stops waiting and answers [`Refused::ShuttingDown`], so senders retry elsewhere.
+    pub(crate) async fn deliver(
+        &self,
+        batch: ProfileBatch,
+        peer: Option<SocketAddr>,
+        deadline: Duration,
+    ) -> Result<(), Refused> {
+        let batch = batch.with_client(ClientInfo { addr: peer });
+        tokio::select! {
+            biased;
+            r = self.output.deliver(batch, deadline) => r,
+            _ = self.shutdown.cancelled() => Err(Refused::ShuttingDown),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IntakeError {
+    #[error("{0}")]
+    Invalid(ValidationError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Validates a request off the async workers (a 64 MiB request takes a while).
+pub(crate) async fn validate(data: ProfilesData) -> Result<ProfileBatch, IntakeError> {
+    tokio::task::spawn_blocking(move || ProfileBatch::new(data))
+        .await
+        .map_err(|e| IntakeError::Internal(format!("validation task failed: {e}")))?
+        .map_err(IntakeError::Invalid)
+}

@@ -1,0 +1,183 @@
+//! One accept loop for both protocols: TCP, optional TLS (handshaken in the connection's own
+//! task, so a slow client holds up no one), HTTP/1.1 and HTTP/2 through hyper, the peer's
+//! address put into each request's extensions, and a bounded graceful shutdown.
+
+use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+/// Who sent a request: the TCP peer, in every request's extensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerAddr(pub SocketAddr);
+
+/// After shutdown, how long open connections get to finish their requests before they are
+/// dropped. Handlers stop waiting for pipeline room at shutdown, so this is rarely reached.
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(700);
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
+/// A pause after a failed accept (out of file descriptors), so the loop does not spin.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+/// A bound socket and how to speak on it.
+pub(crate) struct Listener {
+    pub tcp: TcpListener,
+    pub tls: Option<TlsAcceptor>,
+    /// gRPC speaks HTTP/2 only; OTLP/HTTP either.
+    pub http2_only: bool,
+    /// For logs: "grpc" or "http".
+    pub protocol: &'static str,
+}
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// Serves `service` on `listener` until `shutdown` is cancelled, then lets open connections
+/// finish for at most [`DRAIN_TIMEOUT`].
+pub(crate) async fn serve<S, B>(listener: Listener, service: S, shutdown: CancellationToken)
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEPALIVE_INTERVAL);
+    if listener.http2_only {
+        builder = builder.http2_only();
+    }
+    let protocol = listener.protocol;
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.tcp.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    // Small requests and responses should not wait for Nagle.
+                    let _ = stream.set_nodelay(true);
+                    connections.spawn(connection(
+                        builder.clone(),
+                        stream,
+                        peer,
+                        listener.tls.clone(),
+                        service.clone(),
+                        shutdown.clone(),
+                        protocol,
+                    ));
+                }
+                Err(e) => {
+                    tracing::warn!(protocol, error = %e, "otlp receiver: accept failed");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            protocol,
+            open = connections.len(),
+            "otlp receiver: closing connections that did not finish in time"
+        );
+        connections.abort_all();
+    }
+}
+
+async fn connection<S, B>(
+    builder: auto::Builder<TokioExecutor>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    tls: Option<TlsAcceptor>,
+    service: S,
+    shutdown: CancellationToken,
+    protocol: &'static str,
+) where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(PeerAddr(peer));
+        service.call(request)
+    });
+    match tls {
+        None => serve_connection(&builder, stream, service, &shutdown, peer, protocol).await,
+        Some(acceptor) => {
+            let handshake = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                r = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => r,
+            };
+            match handshake {
+                Ok(Ok(stream)) => {
+                    serve_connection(&builder, stream, service, &shutdown, peer, protocol).await;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(protocol, %peer, error = %e, "otlp receiver: TLS handshake failed");
+                }
+                Err(_) => {
+                    tracing::debug!(protocol, %peer, "otlp receiver: TLS handshake timed out");
+                }
+            }
+        }
+    }
+}
+
+async fn serve_connection<I, S, B>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: I,
+    service: S,
+    shutdown: &CancellationToken,
+    peer: SocketAddr,
+    protocol: &'static str,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(protocol, %peer, error = %e, "otlp receiver: connection ended with an error");
+    }
+}

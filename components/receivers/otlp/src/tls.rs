@@ -1,0 +1,105 @@
+//! Server TLS from PEM files, loaded once when the receiver is created so that a missing or
+//! malformed file stops the collector at start-up with the file's name.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::TlsConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("tls {field} is not set")]
+    Missing { field: &'static str },
+    #[error("tls {field} {path:?}: {problem}")]
+    File {
+        field: &'static str,
+        path: PathBuf,
+        problem: String,
+    },
+    #[error("tls: {0}")]
+    Config(String),
+}
+
+/// Which ALPN protocols the server offers: gRPC needs HTTP/2, OTLP/HTTP takes either.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Alpn {
+    H2Only,
+    H2AndHttp1,
+}
+
+pub(crate) fn load_acceptor(tls: &TlsConfig, alpn: Alpn) -> Result<TlsAcceptor, TlsError> {
+    let cert_file = tls
+        .cert_file
+        .as_deref()
+        .ok_or(TlsError::Missing { field: "cert_file" })?;
+    let key_file = tls
+        .key_file
+        .as_deref()
+        .ok_or(TlsError::Missing { field: "key_file" })?;
+    let certs = read_certs("cert_file", cert_file)?;
+    let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| TlsError::File {
+        field: "key_file",
+        path: key_file.to_owned(),
+        problem: format!("no usable private key: {e}"),
+    })?;
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = match &tls.client_ca_file {
+        None => builder.with_no_client_auth(),
+        Some(ca_file) => {
+            let mut roots = RootCertStore::empty();
+            for cert in read_certs("client_ca_file", ca_file)? {
+                roots.add(cert).map_err(|e| TlsError::File {
+                    field: "client_ca_file",
+                    path: ca_file.clone(),
+                    problem: format!("not a usable CA certificate: {e}"),
+                })?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| TlsError::File {
+                    field: "client_ca_file",
+                    path: ca_file.clone(),
+                    problem: e.to_string(),
+                })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| TlsError::File {
+            field: "key_file",
+            path: key_file.to_owned(),
+            problem: format!("does not go with cert_file {}: {e}", cert_file.display()),
+        })?;
+    config.alpn_protocols = match alpn {
+        Alpn::H2Only => vec![b"h2".to_vec()],
+        Alpn::H2AndHttp1 => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+    };
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+fn read_certs(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let err = |problem: String| TlsError::File {
+        field,
+        path: path.to_owned(),
+        problem,
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| err(format!("cannot read: {e}")))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(format!("not valid PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(err("holds no PEM certificate".into()));
+    }
+    Ok(certs)
+}

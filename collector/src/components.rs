@@ -10,7 +10,9 @@ pub fn registry() -> Result<Registry, DuplicateType> {
     r.processor(profcol_processor_batch::BatchFactory)?
         .processor(profcol_processor_memory_limiter::MemoryLimiterFactory)?
         .processor(profcol_processor_resource::ResourceFactory)?;
-    r.exporter(profcol_exporter_debug::DebugExporterFactory)?
+    r.exporter(profcol_exporter_otlp::OtlpExporterFactory)?
+        .exporter(profcol_exporter_otlp::OtlpHttpExporterFactory)?
+        .exporter(profcol_exporter_debug::DebugExporterFactory)?
         .exporter(profcol_exporter_file::FileExporterFactory)?;
     r.extension(profcol_extension_file_storage::FileStorageFactory)?
         .extension(profcol_extension_health_check::HealthCheckFactory)?;

@@ -1,0 +1,445 @@
+//! The two exporters' configs, with otelcol's keys. The client blocks both share (`tls`,
+//! `headers`, `compression`, `timeout`, `retry_on_failure`, `sending_queue`) are the same
+//! types under the same keys.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Scheme, Uri};
+use profcol_core::config::{ConfigError, Validate, duration};
+use profcol_core::exporterhelper::{
+    ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks,
+};
+use serde::Deserialize;
+
+/// The path otelcol's OTLP/HTTP receivers serve profiles on, appended to `endpoint`.
+pub const PROFILES_PATH: &str = "/v1development/profiles";
+
+/// How request bodies (otlphttp) and gRPC messages (otlp) are compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// gzip at level 1 (fastest): the CPU is spent on a node being profiled.
+    #[default]
+    Gzip,
+    /// zstd at level 1.
+    Zstd,
+    /// No compression; `""` means the same, as in otelcol.
+    #[serde(alias = "")]
+    None,
+}
+
+impl Compression {
+    /// The `Content-Encoding` / `grpc-encoding` token, if any.
+    pub fn encoding_token(self) -> Option<&'static str> {
+        match self {
+            Compression::Gzip => Some("gzip"),
+            Compression::Zstd => Some("zstd"),
+            Compression::None => None,
+        }
+    }
+}
+
+/// The otlphttp body encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// Binary protobuf, `application/x-protobuf`.
+    #[default]
+    Proto,
+    /// OTLP/JSON, `application/json`.
+    Json,
+}
+
+impl Encoding {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Encoding::Proto => "application/x-protobuf",
+            Encoding::Json => "application/json",
+        }
+    }
+}
+
+/// otelcol's `configtls` client block.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsClientSettings {
+    /// gRPC only: plaintext for an endpoint written without a scheme. (otlphttp follows
+    /// the URL's scheme.)
+    pub insecure: bool,
+    /// PEM CA bundle that replaces the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate for mTLS; needs `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+    /// Accept any server certificate. For tests only.
+    pub insecure_skip_verify: bool,
+    /// The name the server certificate must carry (and SNI), instead of the endpoint's host.
+    pub server_name_override: Option<String>,
+}
+
+fn non_empty_path(p: &Option<PathBuf>) -> Option<&Path> {
+    p.as_deref().filter(|p| !p.as_os_str().is_empty())
+}
+
+impl TlsClientSettings {
+    pub fn ca_file(&self) -> Option<&Path> {
+        non_empty_path(&self.ca_file)
+    }
+    pub fn cert_file(&self) -> Option<&Path> {
+        non_empty_path(&self.cert_file)
+    }
+    pub fn key_file(&self) -> Option<&Path> {
+        non_empty_path(&self.key_file)
+    }
+    pub fn server_name_override(&self) -> Option<&str> {
+        self.server_name_override
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+    }
+}
+
+impl Validate for TlsClientSettings {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        match (self.cert_file(), self.key_file()) {
+            (Some(_), None) => errors.push(ConfigError::new(
+                "key_file",
+                "must be set when cert_file is (client certificates need their key)",
+            )),
+            (None, Some(_)) => errors.push(ConfigError::new(
+                "cert_file",
+                "must be set when key_file is (a key needs its certificate)",
+            )),
+            _ => {}
+        }
+        if let Some(name) = self.server_name_override()
+            && let Err(e) = rustls::pki_types::ServerName::try_from(name)
+        {
+            errors.push(ConfigError::new(
+                "server_name_override",
+                format!("{name:?} is not a DNS name or IP address: {e}"),
+            ));
+        }
+        errors
+    }
+}
+
+/// `exporters: otlp:` — OTLP over gRPC.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpExporterConfig {
+    /// `host:port`, or `http://host:port` (plaintext) / `https://host:port` (TLS).
+    pub endpoint: String,
+    pub tls: TlsClientSettings,
+    /// Sent as gRPC metadata with every request.
+    pub headers: BTreeMap<String, String>,
+    pub compression: Compression,
+    /// One attempt's deadline (also sent as `grpc-timeout`); 0 means none.
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+    pub retry_on_failure: RetrySettings,
+    pub sending_queue: QueueSettings,
+}
+
+impl Default for OtlpExporterConfig {
+    fn default() -> Self {
+        OtlpExporterConfig {
+            endpoint: String::new(),
+            tls: TlsClientSettings::default(),
+            headers: BTreeMap::new(),
+            compression: Compression::Gzip,
+            timeout: Duration::from_secs(5),
+            retry_on_failure: RetrySettings::default(),
+            sending_queue: QueueSettings::default(),
+        }
+    }
+}
+
+impl OtlpExporterConfig {
+    pub fn helper_settings(&self) -> ExporterHelperSettings {
+        ExporterHelperSettings {
+            timeout: self.timeout,
+            retry: self.retry_on_failure.clone(),
+            queue: self.sending_queue.clone(),
+        }
+    }
+}
+
+impl Validate for OtlpExporterConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        if self.endpoint.trim().is_empty() {
+            errors.push(ConfigError::new(
+                "endpoint",
+                "must be set: host:port, http://host:port (plaintext) or https://host:port",
+            ));
+        } else if let Err(e) = GrpcTarget::parse(&self.endpoint, self.tls.insecure) {
+            errors.push(ConfigError::new("endpoint", e));
+        }
+        errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
+        if let Err(e) = header_map(&self.headers) {
+            errors.extend(e);
+        }
+        errors.extend(validate_helper_blocks(
+            &self.retry_on_failure,
+            &self.sending_queue,
+        ));
+        errors
+    }
+}
+
+/// `exporters: otlphttp:` — OTLP over HTTP.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpHttpExporterConfig {
+    /// Base URL; profiles go to `<endpoint>/v1development/profiles`.
+    pub endpoint: String,
+    /// The full URL for profiles, instead of the one made from `endpoint`.
+    pub profiles_endpoint: Option<String>,
+    pub encoding: Encoding,
+    pub tls: TlsClientSettings,
+    /// Sent as HTTP headers with every request.
+    pub headers: BTreeMap<String, String>,
+    pub compression: Compression,
+    /// One attempt's deadline; 0 means none.
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+    pub retry_on_failure: RetrySettings,
+    pub sending_queue: QueueSettings,
+}
+
+impl Default for OtlpHttpExporterConfig {
+    fn default() -> Self {
+        OtlpHttpExporterConfig {
+            endpoint: String::new(),
+            profiles_endpoint: None,
+            encoding: Encoding::Proto,
+            tls: TlsClientSettings::default(),
+            headers: BTreeMap::new(),
+            compression: Compression::Gzip,
+            // otelcol's otlphttp client timeout.
+            timeout: Duration::from_secs(30),
+            retry_on_failure: RetrySettings::default(),
+            sending_queue: QueueSettings::default(),
+        }
+    }
+}
+
+impl OtlpHttpExporterConfig {
+    pub fn helper_settings(&self) -> ExporterHelperSettings {
+        ExporterHelperSettings {
+            timeout: self.timeout,
+            retry: self.retry_on_failure.clone(),
+            queue: self.sending_queue.clone(),
+        }
+    }
+
+    fn profiles_endpoint(&self) -> Option<&str> {
+        self.profiles_endpoint
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+    }
+
+    /// The URL profiles are posted to.
+    pub fn profiles_url(&self) -> Result<Uri, ConfigError> {
+        if let Some(url) = self.profiles_endpoint() {
+            return parse_http_url(url, false)
+                .map_err(|e| ConfigError::new("profiles_endpoint", e));
+        }
+        if self.endpoint.trim().is_empty() {
+            return Err(ConfigError::new(
+                "endpoint",
+                "must be set (a base URL such as https://collector:4318), or profiles_endpoint",
+            ));
+        }
+        parse_http_url(&self.endpoint, true).map_err(|e| ConfigError::new("endpoint", e))
+    }
+}
+
+impl Validate for OtlpHttpExporterConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        if let Err(e) = self.profiles_url() {
+            errors.push(e);
+        }
+        // A base endpoint that is overridden is still checked, as otelcol does.
+        if self.profiles_endpoint().is_some()
+            && !self.endpoint.trim().is_empty()
+            && let Err(e) = parse_http_url(&self.endpoint, true)
+        {
+            errors.push(ConfigError::new("endpoint", e));
+        }
+        errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
+        if let Err(e) = header_map(&self.headers) {
+            errors.extend(e);
+        }
+        errors.extend(validate_helper_blocks(
+            &self.retry_on_failure,
+            &self.sending_queue,
+        ));
+        errors
+    }
+}
+
+/// Where the gRPC exporter connects: `scheme://authority` and whether it speaks TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GrpcTarget {
+    pub uri: Uri,
+    pub tls: bool,
+}
+
+impl GrpcTarget {
+    /// `host:port` (TLS unless `insecure`), `http://host[:port]` (plaintext) or
+    /// `https://host[:port]` (TLS, as otelcol does even with `insecure`).
+    pub fn parse(endpoint: &str, insecure: bool) -> Result<Self, String> {
+        let endpoint = endpoint.trim();
+        let (scheme_given, tls) = if endpoint.starts_with("http://") {
+            (true, false)
+        } else if endpoint.starts_with("https://") {
+            (true, true)
+        } else if endpoint.contains("://") {
+            return Err(format!(
+                "{endpoint:?}: unsupported scheme (use host:port, http:// or https://)"
+            ));
+        } else {
+            (false, !insecure)
+        };
+        let text = if scheme_given {
+            endpoint.to_owned()
+        } else {
+            format!("{}://{endpoint}", if tls { "https" } else { "http" })
+        };
+        let uri: Uri = text
+            .parse()
+            .map_err(|e| format!("{endpoint:?} is not a valid endpoint: {e}"))?;
+        let authority = uri
+            .authority()
+            .filter(|a| !a.host().is_empty())
+            .ok_or_else(|| format!("{endpoint:?} has no host"))?;
+        if !scheme_given && authority.port_u16().is_none() {
+            return Err(format!(
+                "{endpoint:?} has no port: write host:port, as in collector:4317"
+            ));
+        }
+        if authority.as_str().contains('@') {
+            return Err(format!("{endpoint:?}: user info is not supported"));
+        }
+        if let Some(pq) = uri.path_and_query()
+            && !(pq.as_str().is_empty() || pq.as_str() == "/")
+        {
+            return Err(format!(
+                "{endpoint:?}: a gRPC endpoint takes no path or query"
+            ));
+        }
+        let scheme = if tls { Scheme::HTTPS } else { Scheme::HTTP };
+        let uri = Uri::builder()
+            .scheme(scheme)
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|e| format!("{endpoint:?} is not a valid endpoint: {e}"))?;
+        Ok(GrpcTarget { uri, tls })
+    }
+}
+
+/// Parses an http(s) URL; with `append_profiles_path`, adds `/v1development/profiles` to
+/// its path.
+fn parse_http_url(text: &str, append_profiles_path: bool) -> Result<Uri, String> {
+    let text = text.trim();
+    let uri: Uri = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a valid URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") | Some("https") => {}
+        Some(other) => {
+            return Err(format!(
+                "{text:?}: scheme {other:?} is not supported (use http:// or https://)"
+            ));
+        }
+        None => {
+            return Err(format!(
+                "{text:?} needs a scheme: http://host:port or https://host:port"
+            ));
+        }
+    }
+    let authority = uri
+        .authority()
+        .filter(|a| !a.host().is_empty())
+        .ok_or_else(|| format!("{text:?} has no host"))?;
+    if authority.as_str().contains('@') {
+        return Err(format!("{text:?}: user info is not supported"));
+    }
+    if !append_profiles_path {
+        return Ok(uri);
+    }
+    if uri.query().is_some() {
+        return Err(format!(
+            "{text:?}: a base endpoint takes no query (use profiles_endpoint for a full URL)"
+        ));
+    }
+    let path = format!("{}{PROFILES_PATH}", uri.path().trim_end_matches('/'));
+    let mut parts = uri.into_parts();
+    parts.path_and_query = Some(
+        path.parse()
+            .map_err(|e| format!("{text:?} is not a valid URL: {e}"))?,
+    );
+    Uri::from_parts(parts).map_err(|e| format!("{text:?} is not a valid URL: {e}"))
+}
+
+/// Headers the transports set themselves; configuring them would break the protocol.
+const RESERVED_HEADERS: &[&str] = &[
+    "content-type",
+    "content-encoding",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "host",
+    "te",
+    "upgrade",
+];
+
+/// The configured headers as a header map; errors at `headers::<name>`.
+pub(crate) fn header_map(
+    headers: &BTreeMap<String, String>,
+) -> Result<HeaderMap, Vec<ConfigError>> {
+    let mut map = HeaderMap::new();
+    let mut errors = Vec::new();
+    for (name, value) in headers {
+        let path = format!("headers::{name}");
+        let parsed = match HeaderName::from_bytes(name.as_bytes()) {
+            Ok(n) => n,
+            Err(_) => {
+                errors.push(ConfigError::new(path, "not a valid header name"));
+                continue;
+            }
+        };
+        if RESERVED_HEADERS.contains(&parsed.as_str()) || parsed.as_str().starts_with("grpc-") {
+            errors.push(ConfigError::new(
+                path,
+                "is set by the exporter itself and cannot be configured",
+            ));
+            continue;
+        }
+        match HeaderValue::from_str(value) {
+            Ok(mut v) => {
+                if parsed == http::header::AUTHORIZATION {
+                    v.set_sensitive(true);
+                }
+                map.insert(parsed, v);
+            }
+            Err(_) => errors.push(ConfigError::new(
+                path,
+                "not a valid header value (visible ASCII only)",
+            )),
+        }
+    }
+    if errors.is_empty() {
+        Ok(map)
+    } else {
+        Err(errors)
+    }
+}

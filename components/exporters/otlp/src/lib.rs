@@ -1,0 +1,29 @@
+//! The `otlp` (gRPC) and `otlphttp` exporters: send profile batches to an OTLP endpoint,
+//! another collector or a backend.
+//!
+//! Both share the client config (`tls`, `headers`, `compression`, `timeout`,
+//! `retry_on_failure`, `sending_queue`), the encoding and compression of the request (level
+//! 1 gzip or zstd) and the mapping of replies to retryable or permanent errors.
+//! [`Exporter::export`](profcol_core::component::Exporter::export) is one attempt: the
+//! framework's exporter helper queues, retries and times out around it.
+
+mod config;
+mod grpc_exporter;
+mod http_exporter;
+mod outcome;
+mod payload;
+pub mod rpc;
+mod tls;
+
+pub use config::{
+    Compression, Encoding, OtlpExporterConfig, OtlpHttpExporterConfig, PROFILES_PATH,
+    TlsClientSettings,
+};
+pub use grpc_exporter::{EXPORT_PATH, OtlpExporterFactory};
+pub use http_exporter::OtlpHttpExporterFactory;
+pub use outcome::PARTIAL_SUCCESS_METRIC;
+pub use payload::{GZIP_LEVEL, ZSTD_LEVEL, compress};
+pub use tls::TlsError;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,5 @@
+mod config;
+mod grpc;
+mod http;
+mod support;
+mod tls;

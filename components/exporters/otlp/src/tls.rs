@@ -1,0 +1,238 @@
+//! TLS client material from a `tls:` block, loaded once at create and handed to both
+//! transports: rustls for otlphttp, tonic (the same rustls underneath) for otlp. Both use
+//! one certificate verifier, so roots, `ca_file` and `insecure_skip_verify` behave alike.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+use crate::config::TlsClientSettings;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Pem { path: PathBuf, message: String },
+    #[error("no trusted root certificates: {0}")]
+    Roots(String),
+    #[error("invalid server_name_override {0:?}")]
+    ServerName(String),
+    #[error("TLS setup failed: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// A client certificate and key, as PEM (for tonic) and parsed (for rustls).
+pub(crate) struct ClientIdentity {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+}
+
+/// Everything a TLS client needs, checked at create.
+pub(crate) struct ClientTls {
+    pub provider: Arc<CryptoProvider>,
+    pub verifier: Arc<dyn ServerCertVerifier>,
+    pub identity: Option<ClientIdentity>,
+    pub server_name: Option<ServerName<'static>>,
+}
+
+impl ClientTls {
+    pub fn load(settings: &TlsClientSettings) -> Result<Self, TlsError> {
+        let provider = CryptoProvider::get_default()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+        let verifier: Arc<dyn ServerCertVerifier> = if settings.insecure_skip_verify {
+            tracing::warn!(
+                "tls.insecure_skip_verify is set: the server's certificate is not checked"
+            );
+            Arc::new(NoVerification(provider.clone()))
+        } else {
+            let roots = match settings.ca_file() {
+                Some(path) => Arc::new(roots_from_file(path)?),
+                None => system_roots(),
+            };
+            WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+                .build()
+                .map_err(|e| TlsError::Roots(e.to_string()))?
+        };
+        let identity = match (settings.cert_file(), settings.key_file()) {
+            (Some(cert), Some(key)) => Some(load_identity(cert, key)?),
+            _ => None,
+        };
+        let server_name = settings
+            .server_name_override()
+            .map(|name| {
+                ServerName::try_from(name.to_owned())
+                    .map_err(|_| TlsError::ServerName(name.to_owned()))
+            })
+            .transpose()?;
+        Ok(ClientTls {
+            provider,
+            verifier,
+            identity,
+            server_name,
+        })
+    }
+
+    /// A rustls client config offering `alpn`.
+    pub fn rustls_config(&self, alpn: &[&[u8]]) -> Result<rustls::ClientConfig, TlsError> {
+        let builder = rustls::ClientConfig::builder_with_provider(self.provider.clone())
+            .with_safe_default_protocol_versions()?
+            .dangerous()
+            .with_custom_certificate_verifier(self.verifier.clone());
+        let mut config = match &self.identity {
+            Some(id) => builder.with_client_auth_cert(id.chain.clone(), id.key.clone_key())?,
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(config)
+    }
+
+    /// tonic's TLS settings; the verifier goes with `Endpoint::tls_config_with_verifier`.
+    pub fn tonic_config(&self) -> tonic::transport::ClientTlsConfig {
+        let mut config = tonic::transport::ClientTlsConfig::new();
+        if let Some(id) = &self.identity {
+            config = config.identity(tonic::transport::Identity::from_pem(
+                id.cert_pem.clone(),
+                id.key_pem.clone(),
+            ));
+        }
+        if let Some(name) = &self.server_name {
+            config = config.domain_name(name.to_str().into_owned());
+        }
+        config
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            path: path.to_owned(),
+            message: format!("not valid PEM: {e}"),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem {
+            path: path.to_owned(),
+            message: "no CERTIFICATE blocks found".into(),
+        });
+    }
+    Ok(certs)
+}
+
+fn roots_from_file(path: &Path) -> Result<RootCertStore, TlsError> {
+    let pem = read(path)?;
+    let mut roots = RootCertStore::empty();
+    for cert in certificates(path, &pem)? {
+        roots.add(cert).map_err(|e| TlsError::Pem {
+            path: path.to_owned(),
+            message: format!("not a usable CA certificate: {e}"),
+        })?;
+    }
+    Ok(roots)
+}
+
+/// The system's roots, or the bundled Mozilla roots where the system has none (a bare
+/// container). Loaded once per process.
+fn system_roots() -> Arc<RootCertStore> {
+    static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let found = rustls_native_certs::load_native_certs();
+            for e in &found.errors {
+                tracing::debug!(error = %e, "loading a system root certificate failed");
+            }
+            let mut roots = RootCertStore::empty();
+            let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                tracing::info!("no system root certificates found; using the bundled webpki roots");
+                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            }
+            Arc::new(roots)
+        })
+        .clone()
+}
+
+fn load_identity(cert_path: &Path, key_path: &Path) -> Result<ClientIdentity, TlsError> {
+    let cert_pem = read(cert_path)?;
+    let key_pem = read(key_path)?;
+    let chain = certificates(cert_path, &cert_pem)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Pem {
+        path: key_path.to_owned(),
+        message: format!("no usable private key: {e}"),
+    })?;
+    Ok(ClientIdentity {
+        cert_pem,
+        key_pem,
+        chain,
+        key,
+    })
+}
+
+/// `insecure_skip_verify`: any certificate is accepted, but the handshake signatures are
+/// still checked, so the session is at least bound to the key the server presented.
+#[derive(Debug)]
+struct NoVerification(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}

@@ -4,6 +4,8 @@
 //! test skips and says why, unless `PROFCOL_REQUIRE_PEERS=1` (set by CI), where a
 //! missing peer fails the test instead.
 
+pub mod collector;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

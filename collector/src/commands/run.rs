@@ -152,11 +152,10 @@ pub fn run(configs: &[String], feature_gates: &[String]) -> anyhow::Result<()> {
         )
         .await;
         stop.cancel();
-        if let Some(m) = metrics {
-            match tokio::time::timeout(Duration::from_secs(2), m).await {
-                Ok(Ok(Err(e))) => return Err(e),
-                _ => {}
-            }
+        if let Some(m) = metrics
+            && let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(2), m).await
+        {
+            return Err(e);
         }
         result.map_err(anyhow::Error::from)
     })

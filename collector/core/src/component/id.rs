@@ -62,12 +62,12 @@ impl ComponentId {
                 "invalid component id {text:?}: the type must be letters, digits or _"
             ));
         }
-        if let Some(n) = name {
-            if n.is_empty() || n.chars().any(char::is_whitespace) {
-                return Err(format!(
-                    "invalid component id {text:?}: the name after / must be non-empty, without spaces"
-                ));
-            }
+        if let Some(n) = name
+            && (n.is_empty() || n.chars().any(char::is_whitespace))
+        {
+            return Err(format!(
+                "invalid component id {text:?}: the name after / must be non-empty, without spaces"
+            ));
         }
         Ok(Self::new(type_name, name))
     }

@@ -67,10 +67,10 @@ pub fn format(d: Duration) -> String {
         return "0s".into();
     }
     let ms = d.as_millis();
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         return format!("{}ns", d.as_nanos());
     }
-    if ms % 1000 != 0 {
+    if !ms.is_multiple_of(1000) {
         return format!("{ms}ms");
     }
     format!("{}s", d.as_secs())

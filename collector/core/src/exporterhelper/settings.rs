@@ -96,10 +96,10 @@ impl Validate for QueueSettings {
         if self.enabled && self.queue_size == 0 {
             errors.push(ConfigError::new("queue_size", "must be at least 1"));
         }
-        if let Some(s) = &self.storage {
-            if let Err(e) = crate::component::ComponentId::parse(s) {
-                errors.push(ConfigError::new("storage", e));
-            }
+        if let Some(s) = &self.storage
+            && let Err(e) = crate::component::ComponentId::parse(s)
+        {
+            errors.push(ConfigError::new("storage", e));
         }
         errors
     }

@@ -45,3 +45,6 @@ pub mod otlp {
 pub mod pprof {
     include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
 }
+
+/// The `google.rpc` messages of OTLP error replies, written by hand.
+pub mod google_rpc;

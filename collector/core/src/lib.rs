@@ -12,3 +12,4 @@ pub mod service;
 pub mod telemetry;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
+pub mod utc;

@@ -293,29 +293,5 @@ fn seconds(ns: u64) -> String {
 
 /// `2026-11-30T04:45:12.123456789Z` for nanoseconds since the Unix epoch.
 pub(crate) fn rfc3339_nanos(ns: u64) -> String {
-    let secs = ns / 1_000_000_000;
-    let nanos = ns % 1_000_000_000;
-    let days = secs / 86_400;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Year, month, day of a count of days since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
+    profcol_core::utc::UtcTime::from_unix_nanos(ns).rfc3339_nanos()
 }

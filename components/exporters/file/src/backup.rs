@@ -2,6 +2,7 @@
 //! `<stem>-<UTC time><ext>` with the time in Go's layout `2006-01-02T15-04-05.000`, e.g.
 //! `profiles.json` → `profiles-2026-11-30T04-45-12.123.json`. Names sort by time.
 
+use profcol_core::utc::{UtcTime, days_from_civil};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -108,15 +109,16 @@ impl Backups {
 
 /// `2026-11-30T04-45-12.123` for milliseconds since the Unix epoch, UTC.
 pub(crate) fn format_time(unix_millis: u64) -> String {
-    let secs = unix_millis / 1000;
-    let millis = unix_millis % 1000;
-    let (y, m, d) = civil_from_days(secs / 86_400);
-    let rem = secs % 86_400;
+    let t = UtcTime::from_unix_millis(unix_millis);
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}-{:02}-{:02}.{millis:03}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+        "{:04}-{:02}-{:02}T{:02}-{:02}-{:02}.{:03}",
+        t.year,
+        t.month,
+        t.day,
+        t.hour,
+        t.minute,
+        t.second,
+        t.nanos / 1_000_000
     )
 }
 
@@ -155,31 +157,6 @@ pub(crate) fn parse_time(s: &str) -> Option<u64> {
     }
     let days = days_from_civil(year, month, day);
     Some(((days * 86_400 + hour * 3600 + minute * 60 + second) * 1000) + millis)
-}
-
-/// Year, month, day of a count of days since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
-/// Days since 1970-01-01 of a date in or after 1970.
-fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    (era * 146_097 + doe).saturating_sub(719_468)
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@ mod grpc_exporter;
 mod http_exporter;
 mod outcome;
 mod payload;
-pub mod rpc;
+/// The `google.rpc` messages of error replies (shared with the OTLP receiver).
+pub use profcol_proto::google_rpc as rpc;
 mod tls;
 
 pub use config::{

@@ -302,7 +302,11 @@ fn error_response(error: &HttpError, encoding: Option<Encoding>) -> Response<Ful
     let status = error.rpc_status();
     let mut response = match encoding {
         Some(Encoding::Protobuf) => respond(error.http_status(), PROTOBUF, status.encode_to_vec()),
-        Some(Encoding::Json) => respond(error.http_status(), JSON, status.to_json()),
+        Some(Encoding::Json) => respond(
+            error.http_status(),
+            JSON,
+            crate::status::status_json(&status),
+        ),
         None => respond(
             error.http_status(),
             "text/plain; charset=utf-8",

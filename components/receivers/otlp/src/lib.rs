@@ -29,7 +29,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{Config, GrpcConfig, HttpConfig, Protocols, TlsConfig};
-pub use status::{ProtoAny, ProtoDuration, RetryInfo, RpcStatus};
+pub use status::{ProtoAny, ProtoDuration, RetryInfo, RpcStatus, status_json};
 pub use tls::TlsError;
 
 /// The HTTP path profiles are posted to.

@@ -18,7 +18,7 @@ use profcol_core::pdata::types::{ExportProfilesServiceRequest, ExportProfilesSer
 use profcol_core::telemetry::Telemetry;
 use profcol_proto::otlp::collector::profiles::v1development::profiles_service_client::ProfilesServiceClient;
 use profcol_receiver_otlp::{
-    Config, GrpcConfig, HttpConfig, OtlpReceiverFactory, Protocols, RetryInfo, RpcStatus, TlsConfig,
+    Config, GrpcConfig, HttpConfig, OtlpReceiverFactory, Protocols, RpcStatus, TlsConfig,
 };
 use prost::Message;
 use prost::bytes::Bytes;
@@ -330,9 +330,11 @@ async fn grpc_full_pipeline_is_resource_exhausted_with_retry_info() {
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
     let details = RpcStatus::decode(status.details()).expect("grpc-status-details-bin");
     assert_eq!(details.code, Code::ResourceExhausted as i32);
-    let retry = RetryInfo::from_status(&details).expect("RetryInfo detail");
-    let delay = retry.retry_delay.expect("retry_delay");
-    assert_eq!((delay.seconds, delay.nanos), (1, 0));
+    assert_eq!(
+        details.retry_info(),
+        Some(Duration::from_secs(1)),
+        "RetryInfo detail"
+    );
 
     // Only the first arrived; draining makes room again.
     assert!(running.rx.recv().await.is_some());
@@ -369,7 +371,7 @@ async fn grpc_oversize_is_resource_exhausted_without_retry_info() {
         );
         let retry = RpcStatus::decode(status.details())
             .ok()
-            .and_then(|s| RetryInfo::from_status(&s));
+            .and_then(|s| s.retry_info());
         assert!(retry.is_none(), "not retryable");
     }
     running.stop().await;

@@ -1,7 +1,8 @@
 //! The few `google.rpc` messages OTLP error replies use, written by hand (field numbers
 //! from googleapis' `status.proto`, `error_details.proto` and protobuf's `any.proto` /
 //! `duration.proto`): a gRPC `grpc-status-details-bin` trailer or an OTLP/HTTP error body
-//! is a [`Status`], and a throttling server puts a [`RetryInfo`] in its details.
+//! is a [`Status`], and a throttling server puts a [`RetryInfo`] in its details. Shared by
+//! the OTLP receiver (which sends them) and exporters (which read them).
 
 use prost::Message;
 
@@ -76,6 +77,20 @@ impl Any {
 }
 
 impl Status {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Status {
+            code,
+            message: message.into(),
+            details: Vec::new(),
+        }
+    }
+
+    /// The same status, telling the client to retry after `delay`.
+    pub fn with_retry_after(mut self, delay: std::time::Duration) -> Self {
+        self.details.push(Any::retry_info(delay));
+        self
+    }
+
     /// The first well-formed `RetryInfo.retry_delay` in the details, if any. `Some` also
     /// for a `RetryInfo` without a delay (zero): the server asked for a retry.
     pub fn retry_info(&self) -> Option<std::time::Duration> {

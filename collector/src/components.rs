@@ -12,6 +12,8 @@ pub fn registry() -> Result<Registry, DuplicateType> {
         .processor(profcol_processor_resource::ResourceFactory)?;
     r.exporter(profcol_exporter_otlp::OtlpExporterFactory)?
         .exporter(profcol_exporter_otlp::OtlpHttpExporterFactory)?
+        .exporter(profcol_exporter_pprof::PprofExporterFactory)?
+        .exporter(profcol_exporter_flamegraph::FlamegraphExporterFactory)?
         .exporter(profcol_exporter_debug::DebugExporterFactory)?
         .exporter(profcol_exporter_file::FileExporterFactory)?;
     r.extension(profcol_extension_file_storage::FileStorageFactory)?

@@ -61,6 +61,56 @@ impl UtcTime {
         } = self;
         format!("{year:04}{month:02}{day:02}T{hour:02}{minute:02}{second:02}Z")
     }
+
+    /// `2026-11-30T04:45:12Z`, to the second, for people.
+    pub fn rfc3339_seconds(&self) -> String {
+        let UtcTime {
+            year,
+            month,
+            day,
+            hour,
+            minute,
+            second,
+            ..
+        } = self;
+        format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}Z")
+    }
+
+    /// The inverse of [`UtcTime::compact`], as nanoseconds since the epoch; `None` for
+    /// anything else.
+    pub fn parse_compact(s: &str) -> Option<u64> {
+        let b = s.as_bytes();
+        if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+            return None;
+        }
+        let num = |from: usize, to: usize| -> Option<u64> {
+            let part = s.get(from..to)?;
+            part.bytes()
+                .all(|c| c.is_ascii_digit())
+                .then(|| part.parse().ok())
+                .flatten()
+        };
+        let (year, month, day) = (num(0, 4)?, num(4, 6)?, num(6, 8)?);
+        let (hour, minute, second) = (num(9, 11)?, num(11, 13)?, num(13, 15)?);
+        let valid = year >= 1970
+            && (1..=12).contains(&month)
+            && (1..=31).contains(&day)
+            && hour <= 23
+            && minute <= 59
+            && second <= 60;
+        if !valid {
+            return None;
+        }
+        let days = days_from_civil(year, month, day);
+        Some((days * 86_400 + hour * 3600 + minute * 60 + second) * 1_000_000_000)
+    }
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub fn now_unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Year, month, day of a count of days since 1970-01-01.
@@ -101,6 +151,12 @@ mod tests {
         let t = UtcTime::from_unix_nanos(1_700_000_000_123_456_789);
         assert_eq!(t.rfc3339_nanos(), "2023-11-14T22:13:20.123456789Z");
         assert_eq!(t.compact(), "20231114T221320Z");
+        assert_eq!(t.rfc3339_seconds(), "2023-11-14T22:13:20Z");
+        assert_eq!(
+            UtcTime::parse_compact("20231114T221320Z"),
+            Some(1_700_000_000_000_000_000)
+        );
+        assert_eq!(UtcTime::parse_compact("2023-11-14"), None);
         assert_eq!(
             UtcTime::from_unix_nanos(0).rfc3339_nanos(),
             "1970-01-01T00:00:00.000000000Z"

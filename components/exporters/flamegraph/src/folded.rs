@@ -1,0 +1,223 @@
+//! Folded stacks (`root;caller;leaf value`) summed per service and sample type.
+
+use std::collections::HashMap;
+
+use profcol_core::pdata::ProfileBatch;
+use profcol_core::pdata::summary::{frame_names, sample_value};
+use profcol_core::pdata::types::{KeyValue, ProfilesDictionary};
+use profcol_core::pdata::{any_value_to_string, semconv};
+
+/// The service of a resource with no `service.name`, as OpenTelemetry names it.
+pub const UNKNOWN_SERVICE: &str = "unknown_service";
+
+/// The line for a sample whose stack is empty.
+const NO_STACK: &str = "[unknown]";
+
+/// One flame graph in the making.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Graph {
+    pub service: String,
+    pub sample_type: String,
+    pub unit: String,
+    /// Folded stack → summed value.
+    pub stacks: HashMap<String, u64>,
+    /// Samples read (including those with no positive value).
+    pub samples: u64,
+    /// Sum of the values drawn.
+    pub total: u64,
+    pub start_nanos: u64,
+    pub end_nanos: u64,
+}
+
+/// The graphs of the current interval, in first-seen order.
+#[derive(Debug, Default)]
+pub(crate) struct Accumulator {
+    graphs: Vec<Graph>,
+    index: HashMap<(String, String), usize>,
+}
+
+/// The `service.name` of resource attributes, or `unknown_service`.
+pub(crate) fn service_name(attributes: &[KeyValue]) -> String {
+    attributes
+        .iter()
+        .find(|kv| kv.key == semconv::SERVICE_NAME)
+        .and_then(|kv| kv.value.as_ref())
+        .map(any_value_to_string)
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| UNKNOWN_SERVICE.to_owned())
+}
+
+/// A frame name that cannot break a folded line: `;` separates frames, so it becomes `:`;
+/// control characters become spaces; and a name that ends in ` <number>` would be read
+/// as a count, so that space becomes `_`.
+fn clean_frame(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| match c {
+            ';' => ':',
+            c if c.is_control() => ' ',
+            c => c,
+        })
+        .collect();
+    if let Some(space) = out.rfind(' ') {
+        let tail = &out[space + 1..];
+        if !tail.is_empty() && tail.chars().all(|c| c.is_ascii_digit() || c == '.') {
+            out.replace_range(space..space + 1, "_");
+        }
+    }
+    let trimmed = out.trim();
+    if trimmed.is_empty() {
+        "[unnamed]".to_owned()
+    } else if trimmed.len() != out.len() {
+        trimmed.to_owned()
+    } else {
+        out
+    }
+}
+
+fn text(d: &ProfilesDictionary, i: i32) -> &str {
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| d.string_table.get(i))
+        .map_or("", String::as_str)
+}
+
+impl Accumulator {
+    pub fn is_empty(&self) -> bool {
+        self.graphs.is_empty()
+    }
+
+    /// Adds every sample of `batch`. Profiles with no time count as starting at `now`.
+    pub fn add(&mut self, batch: &ProfileBatch, now: u64) {
+        let d = batch.dictionary();
+        // Frame names per location (root-first within it: inlined callees last), and the
+        // folded line per stack, computed once per batch.
+        let mut frames: HashMap<i32, Vec<String>> = HashMap::new();
+        let mut lines: HashMap<i32, String> = HashMap::new();
+        for rp in batch.resource_profiles() {
+            let attributes = rp.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
+            let service = service_name(attributes);
+            for p in rp.scope_profiles.iter().flat_map(|sp| &sp.profiles) {
+                if p.samples.is_empty() {
+                    continue;
+                }
+                let st = p.sample_type.unwrap_or_default();
+                let (sample_type, unit) = (text(d, st.type_strindex), text(d, st.unit_strindex));
+                let graph = self.graph(&service, sample_type, unit);
+                let start = if p.time_unix_nano > 0 {
+                    p.time_unix_nano
+                } else {
+                    now
+                };
+                let end = start.saturating_add(p.duration_nano);
+                graph.start_nanos = graph.start_nanos.min(start);
+                graph.end_nanos = graph.end_nanos.max(end);
+                for s in &p.samples {
+                    graph.samples += 1;
+                    let Ok(value) = u64::try_from(sample_value(s)) else {
+                        continue;
+                    };
+                    if value == 0 {
+                        continue;
+                    }
+                    let line = lines
+                        .entry(s.stack_index)
+                        .or_insert_with(|| fold(d, s.stack_index, &mut frames));
+                    let slot = graph.stacks.entry(line.clone()).or_default();
+                    *slot = slot.saturating_add(value);
+                    graph.total = graph.total.saturating_add(value);
+                }
+            }
+        }
+    }
+
+    /// The graph for (service, type), made on first use. A type seen again with another
+    /// unit gets its own graph, named `<type>_<unit>`.
+    fn graph(&mut self, service: &str, sample_type: &str, unit: &str) -> &mut Graph {
+        let sample_type = if sample_type.is_empty() {
+            "unknown"
+        } else {
+            sample_type
+        };
+        let mut key = (service.to_owned(), sample_type.to_owned());
+        if let Some(&i) = self.index.get(&key)
+            && self.graphs.get(i).is_some_and(|g| g.unit != unit)
+        {
+            key.1 = format!("{sample_type}_{unit}");
+        }
+        let i = match self.index.get(&key) {
+            Some(&i) => i,
+            None => {
+                self.graphs.push(Graph {
+                    service: key.0.clone(),
+                    sample_type: key.1.clone(),
+                    unit: unit.to_owned(),
+                    stacks: HashMap::new(),
+                    samples: 0,
+                    total: 0,
+                    start_nanos: u64::MAX,
+                    end_nanos: 0,
+                });
+                self.index.insert(key, self.graphs.len() - 1);
+                self.graphs.len() - 1
+            }
+        };
+        // `i` was just looked up or pushed: always in range.
+        &mut self.graphs[i]
+    }
+
+    /// The graphs so far; the accumulator is left empty.
+    pub fn take(&mut self) -> Vec<Graph> {
+        self.index.clear();
+        std::mem::take(&mut self.graphs)
+    }
+}
+
+/// The folded line of a stack: frames root first; within a location the caller first and
+/// inlined callees after it (`frame_names` gives them innermost first).
+fn fold(
+    d: &ProfilesDictionary,
+    stack_index: i32,
+    frames: &mut HashMap<i32, Vec<String>>,
+) -> String {
+    let locations = usize::try_from(stack_index)
+        .ok()
+        .and_then(|i| d.stack_table.get(i))
+        .map_or(&[][..], |s| &s.location_indices[..]);
+    let mut line = String::new();
+    for &l in locations.iter().rev() {
+        let names = frames.entry(l).or_insert_with(|| {
+            let mut names: Vec<String> = frame_names(d, l).iter().map(|n| clean_frame(n)).collect();
+            names.reverse();
+            names
+        });
+        for name in names.iter() {
+            if !line.is_empty() {
+                line.push(';');
+            }
+            line.push_str(name);
+        }
+    }
+    if line.is_empty() {
+        line.push_str(NO_STACK);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_names_are_made_safe_for_folded_lines() {
+        assert_eq!(clean_frame("a;b"), "a:b");
+        assert_eq!(clean_frame("x\ny"), "x y");
+        assert_eq!(clean_frame("worker 12"), "worker_12");
+        assert_eq!(
+            clean_frame("operator new(unsigned long)"),
+            "operator new(unsigned long)"
+        );
+        assert_eq!(clean_frame("  "), "[unnamed]");
+        assert_eq!(clean_frame(" padded "), "padded");
+    }
+}

@@ -1,0 +1,244 @@
+//! `flamegraph`: sums folded stacks per service and sample type and, every `interval` and
+//! at shutdown, renders each as an interactive SVG flame graph (inferno) into
+//! `<directory>/<service>/<type>-<UTC time>.svg` and `latest-<type>.svg`, and rewrites
+//! `<directory>/index.html`, a page linking every flame graph kept.
+
+mod config;
+mod folded;
+mod store;
+mod timefmt;
+mod title;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, PoisonError, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use profcol_core::component::{
+    BuildError, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
+};
+use profcol_core::exporterhelper::{ExporterHelperSettings, QueueSettings, RetrySettings};
+use profcol_core::pdata::ProfileBatch;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+pub use config::Config;
+pub use folded::UNKNOWN_SERVICE;
+pub use store::{INDEX_HTML, MANIFEST};
+pub use title::TitleError;
+
+use folded::Accumulator;
+use store::Store;
+use title::Title;
+
+pub struct FlamegraphExporterFactory;
+
+impl ExporterFactory for FlamegraphExporterFactory {
+    type Config = Config;
+
+    fn type_name(&self) -> &'static str {
+        "flamegraph"
+    }
+
+    fn stability(&self) -> Stability {
+        Stability::Development
+    }
+
+    /// Exports only add to memory: no queue (batches are taken in order) and nothing to
+    /// retry.
+    fn helper_settings(&self, _config: &Config) -> ExporterHelperSettings {
+        ExporterHelperSettings {
+            retry: RetrySettings {
+                enabled: false,
+                ..RetrySettings::default()
+            },
+            queue: QueueSettings {
+                enabled: false,
+                ..QueueSettings::default()
+            },
+            ..ExporterHelperSettings::default()
+        }
+    }
+
+    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Exporter>, BuildError> {
+        let exporter = FlamegraphExporter::new(&config, &ctx.id.to_string())
+            .map_err(|e| BuildError::new(&ctx.id, e))?;
+        Ok(Box::new(exporter))
+    }
+}
+
+enum Flusher {
+    Idle,
+    Running(JoinHandle<()>),
+    Stopped,
+}
+
+struct Inner {
+    id: String,
+    interval: Duration,
+    accumulator: StdMutex<Accumulator>,
+    /// Held for a whole flush, so flushes never overlap.
+    store: Arc<StdMutex<Store>>,
+    stop: Notify,
+    closed: AtomicBool,
+}
+
+pub(crate) struct FlamegraphExporter {
+    inner: Arc<Inner>,
+    flusher: StdMutex<Flusher>,
+}
+
+impl FlamegraphExporter {
+    fn new(config: &Config, id: &str) -> Result<Self, String> {
+        let title = Title::parse(&config.title).map_err(|e| format!("title: {e}"))?;
+        if config.interval.is_zero() {
+            return Err("interval: must be above 0".to_owned());
+        }
+        let store = Store::open(&config.directory, config.keep, title)
+            .map_err(|e| format!("cannot open {}: {e}", config.directory.display()))?;
+        Ok(FlamegraphExporter {
+            inner: Arc::new(Inner {
+                id: id.to_owned(),
+                interval: config.interval,
+                accumulator: StdMutex::default(),
+                store: Arc::new(StdMutex::new(store)),
+                stop: Notify::new(),
+                closed: AtomicBool::new(false),
+            }),
+            flusher: StdMutex::new(Flusher::Idle),
+        })
+    }
+
+    fn ensure_flusher(&self) {
+        let mut state = self.flusher.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*state, Flusher::Idle) {
+            *state = Flusher::Running(tokio::spawn(flush_loop(
+                Arc::downgrade(&self.inner),
+                self.inner.interval,
+            )));
+        }
+    }
+
+    async fn stop_flusher(&self) {
+        let handle = {
+            let mut state = self.flusher.lock().unwrap_or_else(PoisonError::into_inner);
+            match std::mem::replace(&mut *state, Flusher::Stopped) {
+                Flusher::Running(handle) => Some(handle),
+                _ => None,
+            }
+        };
+        if let Some(handle) = handle {
+            self.inner.stop.notify_one();
+            let _ = handle.await;
+        }
+    }
+}
+
+impl Drop for FlamegraphExporter {
+    fn drop(&mut self) {
+        let state = self
+            .flusher
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Flusher::Running(handle) = state {
+            handle.abort();
+        }
+    }
+}
+
+impl Inner {
+    /// Renders and writes what the interval gathered. Returns the SVGs written (relative
+    /// to the directory) or what failed.
+    async fn flush(&self) -> Result<Vec<PathBuf>, ExportError> {
+        let store = self.store.clone();
+        let graphs = self
+            .accumulator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let (written, errors) = tokio::task::spawn_blocking(move || {
+            let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
+            if graphs.is_empty() {
+                return (Vec::new(), Vec::new());
+            }
+            store.write(&graphs)
+        })
+        .await
+        .map_err(|e| ExportError::permanent(format!("the render task failed: {e}")))?;
+        for path in &written {
+            tracing::debug!(exporter = %self.id, file = %path.display(), "wrote a flame graph");
+        }
+        if errors.is_empty() {
+            Ok(written)
+        } else {
+            for e in &errors {
+                tracing::warn!(exporter = %self.id, error = %e, "could not write a flame graph");
+            }
+            Err(ExportError::permanent(errors.join("; ")))
+        }
+    }
+}
+
+#[async_trait]
+impl Exporter for FlamegraphExporter {
+    async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(ExportError::permanent(
+                "the flamegraph exporter is shut down",
+            ));
+        }
+        self.ensure_flusher();
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            inner
+                .accumulator
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .add(&batch, timefmt::now_nanos());
+        })
+        .await
+        .map_err(|e| ExportError::permanent(format!("the fold task failed: {e}")))
+    }
+
+    async fn shutdown(&self) -> Result<(), ExportError> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.stop_flusher().await;
+        self.inner.flush().await.map(|_| ())
+    }
+}
+
+/// Flushes every `every` until stopped or the exporter is gone.
+async fn flush_loop(inner: Weak<Inner>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        let stop = {
+            let Some(inner) = inner.upgrade() else { return };
+            let stopped = async move { inner.stop.notified().await };
+            tokio::select! {
+                _ = tick.tick() => false,
+                () = stopped => true,
+            }
+        };
+        if stop {
+            return;
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        let has_data = !inner
+            .accumulator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty();
+        if has_data {
+            // Failures are logged inside; the next interval starts afresh.
+            let _ = inner.flush().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

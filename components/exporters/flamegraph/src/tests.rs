@@ -1,0 +1,633 @@
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use profcol_core::component::{ComponentId, CreateContext, Exporter, ExporterFactory};
+use profcol_core::config::{ConfigError, Validate, parse_typed, parse_yaml};
+use profcol_core::pdata::codec::decode_pprof;
+use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
+use profcol_core::pdata::types::{
+    AnyValue, Function, KeyValue, Line, Location, Profile, Resource, ResourceProfiles, Sample,
+    ScopeProfiles, Value, ValueType,
+};
+use profcol_core::pdata::{DictionaryBuilder, ProfileBatch};
+use profcol_core::telemetry::Telemetry;
+use profcol_proto::pprof as pp;
+
+use super::*;
+
+// ---- helpers ------------------------------------------------------------------------
+
+fn load(path: &str) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(format!("{}/testdata/{path}", env!("CARGO_MANIFEST_DIR")))
+        .expect("testdata");
+    parse_typed(&parse_yaml(path, &text).expect("yaml"))
+}
+
+fn parse(yaml: &str) -> Result<Config, ConfigError> {
+    parse_typed(&parse_yaml("x", yaml).expect("yaml"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "profcol-flamegraph-exporter-{}-{}-{name}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn fixture(name: &str) -> pp::Profile {
+    let path = format!(
+        "{}/../../../testdata/pprof/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let bytes = std::fs::read(path).expect("fixture");
+    decode_pprof(&bytes, 1 << 26).expect("decodes")
+}
+
+fn kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(Value::StringValue(value.into())),
+        }),
+        key_strindex: 0,
+    }
+}
+
+fn batch_of(p: &pp::Profile, service: &str) -> ProfileBatch {
+    pprof_to_batch(
+        p,
+        ToOtlpOptions {
+            resource_attributes: vec![kv("service.name", service)],
+            ..Default::default()
+        },
+    )
+    .expect("translates")
+}
+
+fn go_cpu(service: &str) -> ProfileBatch {
+    batch_of(&fixture("go-cpu.pb.gz"), service)
+}
+
+fn config(dir: &Path) -> Config {
+    Config {
+        directory: dir.to_path_buf(),
+        interval: Duration::from_secs(3600),
+        ..Config::default()
+    }
+}
+
+fn exporter(config: &Config) -> FlamegraphExporter {
+    assert!(config.validate().is_empty(), "{:?}", config.validate());
+    FlamegraphExporter::new(config, "flamegraph").expect("create")
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The SVGs of a service folder, without `latest-*`.
+fn svgs_in(dir: &Path) -> Vec<String> {
+    names_in(dir)
+        .into_iter()
+        .filter(|n| n.ends_with(".svg") && !n.starts_with("latest-"))
+        .collect()
+}
+
+/// Checks that `text` is well-formed XML: it parses, every element is closed by its own
+/// end tag, and every entity reference is one XML defines.
+fn assert_well_formed(text: &str) {
+    use quick_xml::Reader;
+    use quick_xml::events::Event;
+    let known_ref = |name: &str| {
+        matches!(name, "amp" | "lt" | "gt" | "quot" | "apos")
+            || name
+                .strip_prefix("#x")
+                .is_some_and(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()))
+            || name
+                .strip_prefix('#')
+                .is_some_and(|d| !d.is_empty() && d.chars().all(|c| c.is_ascii_digit()))
+    };
+    let refs_ok = |raw: &str| {
+        let mut rest = raw;
+        while let Some(at) = rest.find('&') {
+            let Some(end) = rest[at..].find(';') else {
+                return false;
+            };
+            if !known_ref(&rest[at + 1..at + end]) {
+                return false;
+            }
+            rest = &rest[at + end + 1..];
+        }
+        true
+    };
+    let mut reader = Reader::from_str(text);
+    let mut open: Vec<Vec<u8>> = Vec::new();
+    let mut elements = 0;
+    loop {
+        match reader.read_event() {
+            Ok(Event::Start(e)) => {
+                for a in e.attributes() {
+                    let a = a.expect("a well-formed attribute");
+                    let raw = std::str::from_utf8(&a.value).expect("utf8");
+                    assert!(refs_ok(raw), "bad reference in {raw:?}");
+                }
+                open.push(e.name().as_ref().to_vec());
+                elements += 1;
+            }
+            Ok(Event::Empty(e)) => {
+                for a in e.attributes() {
+                    a.expect("a well-formed attribute");
+                }
+                elements += 1;
+            }
+            Ok(Event::End(e)) => {
+                let top = open.pop().expect("an end tag closes an open element");
+                assert_eq!(top, e.name().as_ref(), "end tag matches");
+            }
+            Ok(Event::GeneralRef(r)) => {
+                let name = r.decode().expect("utf8").into_owned();
+                assert!(known_ref(&name), "unknown entity &{name};");
+            }
+            Ok(Event::Text(t)) => {
+                assert!(!t.decode().expect("utf8").contains('<'));
+            }
+            Ok(Event::Eof) => break,
+            Ok(_) => {}
+            Err(e) => panic!("not well-formed at {}: {e}", reader.buffer_position()),
+        }
+    }
+    assert!(open.is_empty(), "unclosed: {open:?}");
+    assert!(elements > 1);
+}
+
+/// The `href`s of a page.
+fn hrefs(html: &str) -> Vec<String> {
+    html.split("href=\"")
+        .skip(1)
+        .filter_map(|s| s.split_once('"').map(|(h, _)| h.to_owned()))
+        .collect()
+}
+
+// ---- config -------------------------------------------------------------------------
+
+#[test]
+fn testdata_config_parses() {
+    let c = load("config.yaml").expect("valid");
+    assert_eq!(
+        c,
+        Config {
+            directory: PathBuf::from("/var/lib/profcol/flamegraphs"),
+            interval: Duration::from_secs(30),
+            keep: 10,
+            title: "{service}: {type} in {unit}, {start} to {end} ({samples} samples)".into(),
+        }
+    );
+    assert!(c.validate().is_empty());
+}
+
+#[test]
+fn typo_names_its_path() {
+    let e = load("typo.yaml").expect_err("typo");
+    assert_eq!(e.path, "directroy");
+    assert!(
+        e.message.starts_with("unknown field `directroy`"),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn defaults_and_helper_settings() {
+    let c: Config = parse_typed(&profcol_core::config::Value::Null).expect("null");
+    assert_eq!(c.directory, PathBuf::from("./profiles/flamegraphs"));
+    assert_eq!(c.interval, Duration::from_secs(60));
+    assert_eq!(c.keep, 60);
+    assert_eq!(c.title, "{service} {type} {start}");
+    assert!(c.validate().is_empty());
+    let s = FlamegraphExporterFactory.helper_settings(&c);
+    assert!(!s.queue.enabled);
+    assert!(!s.retry.enabled);
+    assert_eq!(FlamegraphExporterFactory.type_name(), "flamegraph");
+    assert_eq!(
+        FlamegraphExporterFactory.stability(),
+        Stability::Development
+    );
+}
+
+#[test]
+fn validation_names_the_unknown_placeholder_and_a_zero_interval() {
+    let c = parse("title: \"{service} on {host}\"\ninterval: 0s\n").expect("parses");
+    let errors: Vec<String> = c.validate().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        errors,
+        [
+            "interval: must be above 0 (one flame graph per service and sample type per interval)",
+            "title: unknown placeholder {host} (known: {service}, {type}, {unit}, {start}, {end}, {samples})"
+        ]
+    );
+    let e = parse("keep: -1\n").expect_err("negative");
+    assert_eq!(e.path, "keep");
+}
+
+#[test]
+fn create_fails_where_the_directory_cannot_be() {
+    let dir = scratch("create");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"x").expect("write");
+    let ctx = CreateContext {
+        id: ComponentId::new("flamegraph", Some("x")),
+        telemetry: Telemetry::new(),
+        storage: Default::default(),
+    };
+    let e = FlamegraphExporterFactory
+        .create(config(&file.join("sub")), &ctx)
+        .err()
+        .expect("not a directory");
+    assert!(
+        e.to_string().starts_with("flamegraph/x: cannot open "),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// ---- rendering ----------------------------------------------------------------------
+
+#[tokio::test]
+async fn go_cpu_renders_a_well_formed_svg_per_sample_type_and_an_index() {
+    let dir = scratch("render");
+    let e = exporter(&config(&dir));
+    e.export(go_cpu("cart")).await.expect("export");
+    e.shutdown().await.expect("shutdown flushes");
+    let p = fixture("go-cpu.pb.gz");
+    let time = timefmt::compact(u64::try_from(p.time_nanos).expect("time"));
+    let svc = dir.join("cart");
+    assert_eq!(
+        names_in(&svc),
+        [
+            format!("cpu-{time}.svg"),
+            "latest-cpu.svg".to_owned(),
+            "latest-samples.svg".to_owned(),
+            format!("samples-{time}.svg"),
+        ]
+    );
+    for name in names_in(&svc) {
+        let svg = std::fs::read_to_string(svc.join(&name)).expect("svg");
+        assert!(svg.contains("<svg"), "{name}");
+        assert_well_formed(&svg);
+        assert!(svg.contains("main.hashLoop"), "{name}");
+        assert!(svg.contains("main.work"), "{name}");
+    }
+    let cpu = std::fs::read_to_string(svc.join(format!("cpu-{time}.svg"))).expect("svg");
+    // Titled by the template, and counted in the sample type's unit.
+    let start = timefmt::rfc3339(u64::try_from(p.time_nanos).expect("time"));
+    assert!(cpu.contains(&format!("cart cpu {start}")), "title");
+    assert!(cpu.contains(" nanoseconds, "), "unit");
+    let samples = std::fs::read_to_string(svc.join(format!("samples-{time}.svg"))).expect("svg");
+    assert!(samples.contains(" samples, "), "unit");
+    assert_eq!(
+        std::fs::read(svc.join("latest-cpu.svg")).expect("latest"),
+        cpu.as_bytes()
+    );
+
+    let index = std::fs::read_to_string(dir.join(INDEX_HTML)).expect("index");
+    assert!(index.starts_with("<!DOCTYPE html>"));
+    assert!(index.contains("<h2 id=\"cart\">cart</h2>"));
+    let links: Vec<String> = hrefs(&index)
+        .into_iter()
+        .filter(|h| !h.starts_with('#'))
+        .collect();
+    assert_eq!(links.len(), 4, "{links:?}");
+    for link in &links {
+        assert!(dir.join(link).is_file(), "{link}");
+    }
+    // The row of the cpu graph shows its sample count and time range.
+    let row = index
+        .lines()
+        .find(|l| l.contains(&format!("cart/cpu-{time}.svg\">")))
+        .expect("a row for the cpu graph");
+    assert!(
+        row.contains(&format!("<td class=\"n\">{}</td>", p.sample.len())),
+        "{row}"
+    );
+    assert!(row.contains(&start), "{row}");
+    // No temp files are left.
+    assert!(names_in(&dir).iter().all(|n| !n.ends_with(".tmp")));
+    assert!(names_in(&svc).iter().all(|n| !n.starts_with('.')));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn every_fixture_renders_well_formed() {
+    let dir = scratch("fixtures");
+    let e = exporter(&config(&dir));
+    for name in [
+        "go-allocs.pb.gz",
+        "go-goroutine.pb.gz",
+        "go-heap.pb.gz",
+        "go-mutex.pb.gz",
+        "node-wall.pb.gz",
+    ] {
+        e.export(batch_of(&fixture(name), name.trim_end_matches(".pb.gz")))
+            .await
+            .expect("export");
+    }
+    e.shutdown().await.expect("shutdown");
+    for service in [
+        "go-allocs",
+        "go-goroutine",
+        "go-heap",
+        "go-mutex",
+        "node-wall",
+    ] {
+        let svc = dir.join(service);
+        for name in names_in(&svc) {
+            assert_well_formed(&std::fs::read_to_string(svc.join(&name)).expect("svg"));
+        }
+    }
+    assert_well_formed_html_links(&dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn assert_well_formed_html_links(dir: &Path) {
+    let index = std::fs::read_to_string(dir.join(INDEX_HTML)).expect("index");
+    for link in hrefs(&index).into_iter().filter(|h| !h.starts_with('#')) {
+        assert!(dir.join(&link).is_file(), "{link}");
+    }
+}
+
+#[tokio::test]
+async fn two_services_get_two_folders() {
+    let dir = scratch("two");
+    let e = exporter(&config(&dir));
+    e.export(go_cpu("cart")).await.expect("export");
+    e.export(go_cpu("checkout")).await.expect("export");
+    e.export(go_cpu("cart")).await.expect("export");
+    e.shutdown().await.expect("shutdown");
+    assert_eq!(
+        names_in(&dir),
+        [".index.json", "cart", "checkout", "index.html"]
+    );
+    assert_eq!(svgs_in(&dir.join("cart")).len(), 2);
+    assert_eq!(svgs_in(&dir.join("checkout")).len(), 2);
+    let index = std::fs::read_to_string(dir.join(INDEX_HTML)).expect("index");
+    assert!(index.contains(">cart</h2>") && index.contains(">checkout</h2>"));
+    // cart's graph holds both of its batches.
+    let p = fixture("go-cpu.pb.gz");
+    assert!(index.contains(&format!("<td class=\"n\">{}</td>", 2 * p.sample.len())));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn keep_deletes_the_oldest() {
+    let dir = scratch("keep");
+    let e = exporter(&Config {
+        keep: 2,
+        ..config(&dir)
+    });
+    let mut p = fixture("go-goroutine.pb.gz");
+    let mut times = Vec::new();
+    for _ in 0..4 {
+        p.time_nanos += 60_000_000_000;
+        times.push(timefmt::compact(u64::try_from(p.time_nanos).expect("time")));
+        e.export(batch_of(&p, "cart")).await.expect("export");
+        e.inner.flush().await.expect("flush");
+    }
+    let svc = dir.join("cart");
+    assert_eq!(
+        svgs_in(&svc),
+        [
+            format!("goroutine-{}.svg", times[2]),
+            format!("goroutine-{}.svg", times[3])
+        ]
+    );
+    let index = std::fs::read_to_string(dir.join(INDEX_HTML)).expect("index");
+    let links: Vec<String> = hrefs(&index)
+        .into_iter()
+        .filter(|h| h.starts_with("cart/goroutine-"))
+        .collect();
+    // Newest first.
+    assert_eq!(
+        links,
+        [
+            format!("cart/goroutine-{}.svg", times[3]),
+            format!("cart/goroutine-{}.svg", times[2])
+        ]
+    );
+    assert_well_formed_html_links(&dir);
+    e.shutdown().await.expect("shutdown");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn same_start_twice_gets_a_suffix_and_the_index_survives_a_restart() {
+    let dir = scratch("restart");
+    let c = config(&dir);
+    let p = fixture("go-goroutine.pb.gz");
+    let time = timefmt::compact(u64::try_from(p.time_nanos).expect("time"));
+    for _ in 0..2 {
+        let e = exporter(&c);
+        e.export(batch_of(&p, "cart")).await.expect("export");
+        e.shutdown().await.expect("shutdown");
+    }
+    assert_eq!(
+        svgs_in(&dir.join("cart")),
+        [
+            format!("goroutine-{time}-1.svg"),
+            format!("goroutine-{time}.svg")
+        ]
+    );
+    let index = std::fs::read_to_string(dir.join(INDEX_HTML)).expect("index");
+    let rows = index
+        .lines()
+        .filter(|l| l.contains(&format!("<td class=\"n\">{}</td>", p.sample.len())))
+        .count();
+    assert_eq!(rows, 2, "both rows keep their counts: {index}");
+    // The suffixed (later) one is listed first.
+    let first = hrefs(&index)
+        .into_iter()
+        .find(|h| h.starts_with("cart/goroutine-"))
+        .expect("a link");
+    assert_eq!(first, format!("cart/goroutine-{time}-1.svg"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn hostile_names_are_escaped_and_stay_in_the_directory() {
+    let dir = scratch("hostile");
+    let mut p = fixture("go-cpu.pb.gz");
+    for s in &mut p.string_table {
+        if s == "main.work" {
+            *s = "main.work<T>&\"x\";y 42".into();
+        }
+    }
+    let e = exporter(&config(&dir));
+    e.export(batch_of(&p, "../<b>&co")).await.expect("export");
+    e.shutdown().await.expect("shutdown");
+    let folders: Vec<String> = names_in(&dir)
+        .into_iter()
+        .filter(|n| dir.join(n).is_dir())
+        .collect();
+    assert_eq!(folders.len(), 1, "{folders:?}");
+    assert!(folders[0].starts_with("___b__co-"), "{folders:?}");
+    for name in names_in(&dir.join(&folders[0])) {
+        let svg = std::fs::read_to_string(dir.join(&folders[0]).join(&name)).expect("svg");
+        assert_well_formed(&svg);
+        assert!(
+            svg.contains("main.work&lt;T&gt;&amp;"),
+            "escaped frame name"
+        );
+    }
+    let index = std::fs::read_to_string(dir.join(INDEX_HTML)).expect("index");
+    assert!(index.contains("../&lt;b&gt;&amp;co</h2>"));
+    assert_well_formed_html_links(&dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn the_ticker_renders_without_waiting_for_shutdown() {
+    let dir = scratch("tick");
+    let e = exporter(&Config {
+        interval: Duration::from_millis(50),
+        ..config(&dir)
+    });
+    e.export(go_cpu("cart")).await.expect("export");
+    let mut waited = Duration::ZERO;
+    while !dir.join(INDEX_HTML).exists() && waited < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += Duration::from_millis(20);
+    }
+    assert_eq!(svgs_in(&dir.join("cart")).len(), 2);
+    e.shutdown().await.expect("shutdown");
+    assert_eq!(svgs_in(&dir.join("cart")).len(), 2, "nothing new to render");
+    let e2 = e.export(go_cpu("cart")).await.expect_err("shut down");
+    assert!(!e2.is_retryable());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn nothing_to_draw_writes_nothing() {
+    let dir = scratch("empty");
+    let e = exporter(&config(&dir));
+    e.export(ProfileBatch::empty()).await.expect("export");
+    e.shutdown().await.expect("shutdown");
+    assert!(names_in(&dir).is_empty(), "{:?}", names_in(&dir));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// ---- folding ------------------------------------------------------------------------
+
+/// main → outer (with `inlined` inlined into it) → leaf, and a sample with no stack.
+fn inlined_batch() -> ProfileBatch {
+    let mut b = DictionaryBuilder::new();
+    let function = |b: &mut DictionaryBuilder, name: &str| {
+        let name_strindex = b.string(name);
+        b.function(Function {
+            name_strindex,
+            ..Default::default()
+        })
+    };
+    let (f_main, f_outer, f_inlined, f_leaf) = (
+        function(&mut b, "main"),
+        function(&mut b, "outer"),
+        function(&mut b, "inlined"),
+        function(&mut b, "leaf"),
+    );
+    let line = |function_index| Line {
+        function_index,
+        ..Default::default()
+    };
+    let l_main = b.location(Location {
+        lines: vec![line(f_main)],
+        address: 1,
+        ..Default::default()
+    });
+    // Innermost (inlined callee) first, caller last, as OTLP and pprof hold them.
+    let l_outer = b.location(Location {
+        lines: vec![line(f_inlined), line(f_outer)],
+        address: 2,
+        ..Default::default()
+    });
+    let l_leaf = b.location(Location {
+        lines: vec![line(f_leaf)],
+        address: 3,
+        ..Default::default()
+    });
+    let stack = b.stack(&[l_leaf, l_outer, l_main]);
+    let empty = b.stack(&[]);
+    let st = ValueType {
+        type_strindex: b.string("samples"),
+        unit_strindex: b.string("count"),
+    };
+    ProfileBatch::from_valid(
+        b.finish(),
+        vec![ResourceProfiles {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", "cart")],
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: vec![Profile {
+                    sample_type: Some(st),
+                    time_unix_nano: 1_700_000_000_000_000_000,
+                    duration_nano: 10_000_000_000,
+                    samples: vec![
+                        Sample {
+                            stack_index: stack,
+                            values: vec![3],
+                            ..Default::default()
+                        },
+                        Sample {
+                            stack_index: stack,
+                            values: vec![2],
+                            ..Default::default()
+                        },
+                        Sample {
+                            stack_index: empty,
+                            values: vec![1],
+                            ..Default::default()
+                        },
+                        Sample {
+                            stack_index: stack,
+                            values: vec![0],
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    )
+}
+
+#[test]
+fn stacks_fold_root_first_with_inlined_frames_innermost_last() {
+    let mut acc = Accumulator::default();
+    acc.add(&inlined_batch(), 0);
+    let graphs = acc.take();
+    assert_eq!(graphs.len(), 1);
+    let g = &graphs[0];
+    assert_eq!(
+        (g.service.as_str(), g.sample_type.as_str(), g.unit.as_str()),
+        ("cart", "samples", "count")
+    );
+    let mut stacks: Vec<(&str, u64)> = g.stacks.iter().map(|(s, v)| (s.as_str(), *v)).collect();
+    stacks.sort();
+    assert_eq!(stacks, [("[unknown]", 1), ("main;outer;inlined;leaf", 5)]);
+    assert_eq!((g.samples, g.total), (4, 6));
+    assert_eq!(g.start_nanos, 1_700_000_000_000_000_000);
+    assert_eq!(g.end_nanos, 1_700_000_010_000_000_000);
+    assert!(acc.is_empty());
+}

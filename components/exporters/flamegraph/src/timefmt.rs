@@ -1,0 +1,40 @@
+//! UTC times as file names and people read them; the calendar arithmetic is
+//! profcol_core::utc's.
+
+use profcol_core::utc::UtcTime;
+
+pub(crate) use profcol_core::utc::now_unix_nanos as now_nanos;
+
+/// `20261130T044512Z`: sorts by time, and has no `:` (which some file systems refuse).
+pub(crate) fn compact(unix_nanos: u64) -> String {
+    UtcTime::from_unix_nanos(unix_nanos).compact()
+}
+
+/// `2026-11-30T04:45:12Z`, for people.
+pub(crate) fn rfc3339(unix_nanos: u64) -> String {
+    UtcTime::from_unix_nanos(unix_nanos).rfc3339_seconds()
+}
+
+/// The inverse of [`compact`], to the second; `None` for anything else.
+pub(crate) fn parse_compact(s: &str) -> Option<u64> {
+    UtcTime::parse_compact(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_utc() {
+        assert_eq!(compact(0), "19700101T000000Z");
+        // 2026-11-30T04:45:12Z
+        assert_eq!(compact(1_796_013_912_999_999_999), "20261130T044512Z");
+        assert_eq!(compact(951_782_400_000_000_000), "20000229T000000Z");
+        assert_eq!(rfc3339(1_796_013_912_999_999_999), "2026-11-30T04:45:12Z");
+        for t in [0, 951_782_400_000_000_000, 1_796_013_912_000_000_000] {
+            assert_eq!(parse_compact(&compact(t)), Some(t));
+        }
+        assert_eq!(parse_compact("20261130T044512"), None);
+        assert_eq!(parse_compact("2026113xT044512Z"), None);
+    }
+}

@@ -1,0 +1,109 @@
+//! The pprof exporter's config.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use profcol_core::config::{ConfigError, Validate, duration};
+use profcol_core::exporterhelper::{
+    ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks,
+};
+use serde::Deserialize;
+
+use crate::push::{Endpoint, header_map};
+use crate::template::Template;
+
+/// The default file name template.
+pub const DEFAULT_FILE_NAME: &str = "{service}-{type}-{time}.pb.gz";
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where the files go; made if missing.
+    pub directory: PathBuf,
+    /// The file name template: `{service}`, `{type}`, `{time}`, `{pid}`, `{seq}`.
+    pub file_name: String,
+    /// 0: one file per profile group of each batch; above 0: what arrives for the same
+    /// service and sample types over the interval is merged into one file.
+    #[serde(with = "duration")]
+    pub interval: Duration,
+    /// A Pyroscope-compatible base URL; profiles are posted to `<endpoint>/ingest`.
+    pub endpoint: Option<String>,
+    /// Write files (also when pushing).
+    pub write_files: bool,
+    /// Sent with every push.
+    pub headers: BTreeMap<String, String>,
+    /// Add resource attributes as labels on every sample of the files.
+    pub resource_labels: bool,
+    /// One push's deadline; 0 means none.
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+    pub retry_on_failure: RetrySettings,
+    pub sending_queue: QueueSettings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            directory: PathBuf::from("./profiles"),
+            file_name: DEFAULT_FILE_NAME.to_owned(),
+            interval: Duration::ZERO,
+            endpoint: None,
+            write_files: true,
+            headers: BTreeMap::new(),
+            resource_labels: false,
+            timeout: Duration::from_secs(30),
+            retry_on_failure: RetrySettings::default(),
+            sending_queue: QueueSettings::default(),
+        }
+    }
+}
+
+impl Config {
+    /// The endpoint, unless unset or blank.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref().filter(|e| !e.trim().is_empty())
+    }
+
+    pub fn helper_settings(&self) -> ExporterHelperSettings {
+        ExporterHelperSettings {
+            timeout: self.timeout,
+            retry: self.retry_on_failure.clone(),
+            queue: self.sending_queue.clone(),
+        }
+    }
+}
+
+impl Validate for Config {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        if self.write_files {
+            if self.directory.as_os_str().is_empty() {
+                errors.push(ConfigError::new("directory", "must not be empty"));
+            }
+            if let Err(e) = Template::parse(&self.file_name) {
+                errors.push(ConfigError::new("file_name", e.to_string()));
+            }
+        }
+        match self.endpoint() {
+            Some(endpoint) => {
+                if let Err(e) = Endpoint::parse(endpoint) {
+                    errors.push(ConfigError::new("endpoint", e));
+                }
+            }
+            None if !self.write_files => errors.push(ConfigError::new(
+                "write_files",
+                "is false and no endpoint is set: the exporter would do nothing",
+            )),
+            None => {}
+        }
+        if let Err(e) = header_map(&self.headers) {
+            errors.extend(e);
+        }
+        errors.extend(validate_helper_blocks(
+            &self.retry_on_failure,
+            &self.sending_queue,
+        ));
+        errors
+    }
+}

@@ -1,0 +1,613 @@
+//! `pprof`: writes profiles as gzipped pprof files, one per resource, scope and group of
+//! profiles (or, with `interval`, one per service and set of sample types per interval),
+//! and/or pushes them to a Pyroscope-compatible `/ingest`.
+//!
+//! Files are written whole (temp file, then linked or renamed to their name) under names
+//! that never replace another file. [`Exporter::export`] is one attempt: what an attempt
+//! that failed part-way already delivered (a file written, a push accepted) is remembered,
+//! so that the helper's retry does not write or push it again.
+
+mod config;
+mod files;
+mod interval;
+mod push;
+mod template;
+mod timefmt;
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use profcol_core::component::{
+    BuildError, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
+};
+use profcol_core::exporterhelper::ExporterHelperSettings;
+use profcol_core::pdata::codec::gzip_fast;
+use profcol_core::pdata::pprof::{ToPprofOptions, batch_to_pprof};
+use profcol_core::pdata::types::{KeyValue, Value};
+use profcol_core::pdata::{ProfileBatch, semconv};
+use prost::Message;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+pub use config::{Config, DEFAULT_FILE_NAME};
+pub use push::SPY_NAME;
+pub use template::TemplateError;
+
+use interval::Window;
+use push::{Push, Pusher, labels_from};
+use template::{NameValues, Template};
+
+/// The service of a resource with no `service.name`, as OpenTelemetry names it.
+pub const UNKNOWN_SERVICE: &str = "unknown_service";
+
+/// Outputs kept for the next flush after a retryable failure at a flush, at most.
+const MAX_RETRY_LATER: usize = 64;
+/// How long a part-way delivery is remembered for the helper's retry.
+const DONE_TTL: Duration = Duration::from_secs(15 * 60);
+const MAX_DONE: usize = 4096;
+
+pub struct PprofExporterFactory;
+
+impl ExporterFactory for PprofExporterFactory {
+    type Config = Config;
+
+    fn type_name(&self) -> &'static str {
+        "pprof"
+    }
+
+    fn stability(&self) -> Stability {
+        Stability::Alpha
+    }
+
+    fn helper_settings(&self, config: &Config) -> ExporterHelperSettings {
+        config.helper_settings()
+    }
+
+    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Exporter>, BuildError> {
+        let exporter = PprofExporter::new(&config, &ctx.id.to_string())
+            .map_err(|e| BuildError::new(&ctx.id, e))?;
+        Ok(Box::new(exporter))
+    }
+}
+
+/// One pprof ready to go out.
+#[derive(Debug, Clone)]
+pub(crate) struct Output {
+    pub service: String,
+    pub pid: i64,
+    /// The default sample type's type.
+    pub sample_type: String,
+    pub start_nanos: u64,
+    pub end_nanos: u64,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub gz: Bytes,
+    /// Identifies the content, for remembering what a failed attempt delivered.
+    pub key: u64,
+}
+
+/// Where an output goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Sink {
+    File,
+    Push,
+}
+
+/// Why an output was not written.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error("writing {name} in {dir}: {source}")]
+    Io {
+        dir: String,
+        name: String,
+        source: io::Error,
+    },
+    #[error("the write task failed: {0}")]
+    Task(String),
+}
+
+impl From<WriteError> for ExportError {
+    fn from(e: WriteError) -> Self {
+        let transient = matches!(
+            &e,
+            WriteError::Io { source, .. } if matches!(
+                source.kind(),
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            )
+        );
+        if transient {
+            ExportError::retryable(e.to_string())
+        } else {
+            ExportError::permanent(e.to_string())
+        }
+    }
+}
+
+/// The `service.name` of resource attributes, or `unknown_service`.
+pub(crate) fn service_name(attributes: &[KeyValue]) -> String {
+    attributes
+        .iter()
+        .find(|kv| kv.key == semconv::SERVICE_NAME)
+        .and_then(|kv| kv.value.as_ref())
+        .map(profcol_core::pdata::any_value_to_string)
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| UNKNOWN_SERVICE.to_owned())
+}
+
+fn pid(attributes: &[KeyValue]) -> i64 {
+    attributes
+        .iter()
+        .find(|kv| kv.key == semconv::PROCESS_PID)
+        .and_then(|kv| kv.value.as_ref())
+        .and_then(|v| match &v.value {
+            Some(Value::IntValue(i)) => Some(*i),
+            Some(Value::StringValue(s)) => s.trim().parse().ok(),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// Translates a batch into the outputs it makes. Groups without samples make none.
+pub(crate) fn outputs(batch: &ProfileBatch, options: &ToPprofOptions, now: u64) -> Vec<Output> {
+    let mut out = Vec::new();
+    for o in batch_to_pprof(batch, options) {
+        if o.profile.sample.is_empty() {
+            continue;
+        }
+        let attributes = batch
+            .resource_profiles()
+            .get(o.resource_index)
+            .and_then(|rp| rp.resource.as_ref())
+            .map_or(&[][..], |r| &r.attributes[..]);
+        let service = service_name(attributes);
+        let p = &o.profile;
+        let text = |i: i64| {
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| p.string_table.get(i))
+                .map_or("", String::as_str)
+        };
+        let default_type = if p.default_sample_type != 0 {
+            text(p.default_sample_type)
+        } else {
+            p.sample_type.last().map_or("", |vt| text(vt.r#type))
+        };
+        let sample_type = if default_type.is_empty() {
+            "unknown".to_owned()
+        } else {
+            default_type.to_owned()
+        };
+        let start_nanos = u64::try_from(p.time_nanos)
+            .ok()
+            .filter(|&t| t > 0)
+            .unwrap_or(now);
+        let end_nanos = start_nanos.saturating_add(u64::try_from(p.duration_nanos).unwrap_or(0));
+        let encoded = p.encode_to_vec();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        service.hash(&mut hasher);
+        encoded.hash(&mut hasher);
+        out.push(Output {
+            pid: pid(attributes),
+            labels: labels_from(attributes),
+            sample_type,
+            start_nanos,
+            end_nanos,
+            gz: Bytes::from(gzip_fast(&encoded)),
+            key: hasher.finish(),
+            service,
+        });
+    }
+    out
+}
+
+/// What attempts that failed part-way delivered, for the retries that follow.
+#[derive(Default)]
+struct Delivered {
+    entries: HashMap<(Sink, u64), Instant>,
+}
+
+impl Delivered {
+    /// Whether this was delivered by an earlier attempt (and forgets it).
+    fn take(&mut self, sink: Sink, key: u64) -> bool {
+        self.entries.remove(&(sink, key)).is_some()
+    }
+
+    fn remember(&mut self, done: impl IntoIterator<Item = (Sink, u64)>) {
+        let now = Instant::now();
+        self.entries
+            .retain(|_, at| now.saturating_duration_since(*at) < DONE_TTL);
+        for d in done {
+            if self.entries.len() >= MAX_DONE {
+                break;
+            }
+            self.entries.insert(d, now);
+        }
+    }
+}
+
+/// The background flusher of `interval` mode.
+enum Flusher {
+    Idle,
+    Running(JoinHandle<()>),
+    Stopped,
+}
+
+/// An output still owed to some sink at the next flush.
+struct Owed {
+    output: Output,
+    file: bool,
+    push: bool,
+}
+
+struct Inner {
+    id: String,
+    directory: PathBuf,
+    /// `None` when files are not written.
+    template: Option<Template>,
+    pusher: Option<Pusher>,
+    options: ToPprofOptions,
+    interval: Duration,
+    seq: AtomicU64,
+    delivered: StdMutex<Delivered>,
+    window: StdMutex<Window>,
+    retry_later: StdMutex<VecDeque<Owed>>,
+    /// Serializes flushes.
+    flushing: tokio::sync::Mutex<()>,
+    stop: Notify,
+    closed: AtomicBool,
+}
+
+pub(crate) struct PprofExporter {
+    inner: Arc<Inner>,
+    flusher: StdMutex<Flusher>,
+}
+
+impl PprofExporter {
+    fn new(config: &Config, id: &str) -> Result<Self, String> {
+        let template = if config.write_files {
+            Some(Template::parse(&config.file_name).map_err(|e| format!("file_name: {e}"))?)
+        } else {
+            None
+        };
+        let pusher = match config.endpoint() {
+            Some(endpoint) => Some(Pusher::new(endpoint, &config.headers, config.timeout)?),
+            None => None,
+        };
+        if config.write_files {
+            std::fs::create_dir_all(&config.directory)
+                .map_err(|e| format!("cannot make {}: {e}", config.directory.display()))?;
+        }
+        Ok(PprofExporter {
+            inner: Arc::new(Inner {
+                id: id.to_owned(),
+                directory: config.directory.clone(),
+                template,
+                pusher,
+                options: ToPprofOptions {
+                    resource_attributes_as_labels: config.resource_labels,
+                },
+                interval: config.interval,
+                seq: AtomicU64::new(0),
+                delivered: StdMutex::default(),
+                window: StdMutex::default(),
+                retry_later: StdMutex::default(),
+                flushing: tokio::sync::Mutex::new(()),
+                stop: Notify::new(),
+                closed: AtomicBool::new(false),
+            }),
+            flusher: StdMutex::new(Flusher::Idle),
+        })
+    }
+
+    fn ensure_flusher(&self) {
+        let mut state = self.flusher.lock().unwrap_or_else(PoisonError::into_inner);
+        if matches!(*state, Flusher::Idle) {
+            *state = Flusher::Running(tokio::spawn(flush_loop(
+                Arc::downgrade(&self.inner),
+                self.inner.interval,
+            )));
+        }
+    }
+
+    /// Stops the flusher after the flush it may be doing.
+    async fn stop_flusher(&self) {
+        let handle = {
+            let mut state = self.flusher.lock().unwrap_or_else(PoisonError::into_inner);
+            match std::mem::replace(&mut *state, Flusher::Stopped) {
+                Flusher::Running(handle) => Some(handle),
+                _ => None,
+            }
+        };
+        if let Some(handle) = handle {
+            self.inner.stop.notify_one();
+            let _ = handle.await;
+        }
+    }
+}
+
+impl Drop for PprofExporter {
+    fn drop(&mut self) {
+        let state = self
+            .flusher
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Flusher::Running(handle) = state {
+            handle.abort();
+        }
+    }
+}
+
+impl Inner {
+    /// Writes one output's file; returns its path.
+    async fn write_file(&self, output: &Output) -> Result<PathBuf, ExportError> {
+        let Some(template) = &self.template else {
+            return Err(ExportError::permanent("files are not written"));
+        };
+        let name = template.render(&NameValues {
+            service: &output.service,
+            sample_type: &output.sample_type,
+            time: &timefmt::compact(output.start_nanos),
+            pid: output.pid,
+            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+        });
+        let dir = self.directory.clone();
+        let bytes = output.gz.clone();
+        tokio::task::spawn_blocking(move || {
+            files::write_unique(&dir, &name, &bytes).map_err(|source| WriteError::Io {
+                dir: dir.display().to_string(),
+                name,
+                source,
+            })
+        })
+        .await
+        .unwrap_or_else(|e| Err(WriteError::Task(e.to_string())))
+        .map_err(ExportError::from)
+    }
+
+    async fn push(&self, output: &Output) -> Result<(), ExportError> {
+        let Some(pusher) = &self.pusher else {
+            return Err(ExportError::permanent("no endpoint to push to"));
+        };
+        pusher
+            .push(&Push {
+                app: output.service.clone(),
+                labels: output.labels.clone(),
+                from: output.start_nanos / 1_000_000_000,
+                until: output.end_nanos / 1_000_000_000,
+                body: output.gz.clone(),
+            })
+            .await
+    }
+
+    /// Sends `output` to the sinks asked for; returns the sinks that failed with why.
+    async fn deliver(&self, output: &Output, file: bool, push: bool) -> Vec<(Sink, ExportError)> {
+        let mut failed = Vec::new();
+        if file {
+            match self.write_file(output).await {
+                Ok(path) => {
+                    tracing::debug!(exporter = %self.id, file = %path.display(), "wrote a pprof file");
+                }
+                Err(e) => failed.push((Sink::File, e)),
+            }
+        }
+        if push && let Err(e) = self.push(output).await {
+            failed.push((Sink::Push, e));
+        }
+        failed
+    }
+
+    /// One export attempt in per-batch mode.
+    async fn export_now(&self, batch: ProfileBatch) -> Result<(), ExportError> {
+        let options = self.options.clone();
+        let outputs =
+            tokio::task::spawn_blocking(move || outputs(&batch, &options, timefmt::now_nanos()))
+                .await
+                .map_err(|e| ExportError::permanent(format!("the translation task failed: {e}")))?;
+        let mut done: Vec<(Sink, u64)> = Vec::new();
+        let mut errors: Vec<ExportError> = Vec::new();
+        for output in &outputs {
+            let (mut file, mut push) = (self.template.is_some(), self.pusher.is_some());
+            {
+                let mut delivered = self
+                    .delivered
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if file && delivered.take(Sink::File, output.key) {
+                    file = false;
+                    done.push((Sink::File, output.key));
+                }
+                if push && delivered.take(Sink::Push, output.key) {
+                    push = false;
+                    done.push((Sink::Push, output.key));
+                }
+            }
+            let failed = self.deliver(output, file, push).await;
+            for (sink, wanted) in [(Sink::File, file), (Sink::Push, push)] {
+                if wanted && !failed.iter().any(|(s, _)| *s == sink) {
+                    done.push((sink, output.key));
+                }
+            }
+            errors.extend(failed.into_iter().map(|(_, e)| e));
+        }
+        if errors.is_empty() {
+            return Ok(());
+        }
+        self.delivered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remember(done);
+        Err(combine(errors))
+    }
+
+    /// Takes the window, translates it and delivers what it makes, with what earlier
+    /// flushes still owe. Retryable failures are owed to the next flush; at the last
+    /// flush (`last`), failures are returned.
+    async fn flush(self: &Arc<Self>, last: bool) -> Result<(), ExportError> {
+        let _serial = self.flushing.lock().await;
+        let groups = {
+            let mut window = self.window.lock().unwrap_or_else(PoisonError::into_inner);
+            if window.is_empty() {
+                Vec::new()
+            } else {
+                window.take()
+            }
+        };
+        let options = self.options.clone();
+        let fresh = tokio::task::spawn_blocking(move || {
+            let now = timefmt::now_nanos();
+            groups
+                .iter()
+                .flat_map(|(_, batch)| outputs(batch, &options, now))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| ExportError::permanent(format!("the translation task failed: {e}")))?;
+        let mut owed: Vec<Owed> = self
+            .retry_later
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+            .collect();
+        owed.extend(fresh.into_iter().map(|output| Owed {
+            output,
+            file: self.template.is_some(),
+            push: self.pusher.is_some(),
+        }));
+        let mut errors = Vec::new();
+        let mut again = Vec::new();
+        for o in owed {
+            let failed = self.deliver(&o.output, o.file, o.push).await;
+            let retry = |sink| {
+                failed
+                    .iter()
+                    .any(|(s, e): &(Sink, ExportError)| *s == sink && e.is_retryable())
+            };
+            let (file, push) = (retry(Sink::File), retry(Sink::Push));
+            for (_, e) in &failed {
+                tracing::warn!(
+                    exporter = %self.id,
+                    service = %o.output.service,
+                    error = %e,
+                    retry = e.is_retryable() && !last,
+                    "could not deliver a merged profile"
+                );
+            }
+            errors.extend(failed.into_iter().map(|(_, e)| e));
+            if (file || push) && !last {
+                again.push(Owed {
+                    output: o.output,
+                    file,
+                    push,
+                });
+            }
+        }
+        let mut later = self
+            .retry_later
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        later.extend(again);
+        while later.len() > MAX_RETRY_LATER {
+            if let Some(dropped) = later.pop_front() {
+                tracing::warn!(
+                    exporter = %self.id,
+                    service = %dropped.output.service,
+                    "too many profiles waiting to be delivered again; dropped the oldest"
+                );
+            }
+        }
+        if errors.is_empty() || !last {
+            Ok(())
+        } else {
+            Err(combine(errors))
+        }
+    }
+}
+
+/// Several failures as one: retryable if any is (after the longest Retry-After).
+fn combine(errors: Vec<ExportError>) -> ExportError {
+    let retryable = errors.iter().any(ExportError::is_retryable);
+    let retry_after = errors
+        .iter()
+        .filter_map(|e| match e {
+            ExportError::Retryable { retry_after, .. } => *retry_after,
+            ExportError::Permanent { .. } => None,
+        })
+        .max();
+    let mut messages: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    messages.dedup();
+    let message = messages.join("; ");
+    if retryable {
+        ExportError::Retryable {
+            message,
+            retry_after,
+        }
+    } else {
+        ExportError::Permanent { message }
+    }
+}
+
+#[async_trait]
+impl Exporter for PprofExporter {
+    async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(ExportError::permanent("the pprof exporter is shut down"));
+        }
+        if self.inner.interval.is_zero() {
+            return self.inner.export_now(batch).await;
+        }
+        self.ensure_flusher();
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            inner
+                .window
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .add(&batch);
+        })
+        .await
+        .map_err(|e| ExportError::permanent(format!("the merge task failed: {e}")))
+    }
+
+    async fn shutdown(&self) -> Result<(), ExportError> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.stop_flusher().await;
+        if self.inner.interval.is_zero() {
+            return Ok(());
+        }
+        self.inner.flush(true).await
+    }
+}
+
+/// Flushes every `every` until stopped or the exporter is gone.
+async fn flush_loop(inner: Weak<Inner>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        let stop = {
+            let Some(inner) = inner.upgrade() else { return };
+            let stopped = async move { inner.stop.notified().await };
+            tokio::select! {
+                _ = tick.tick() => false,
+                () = stopped => true,
+            }
+        };
+        if stop {
+            return;
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        // Failures are logged and owed to the next flush inside.
+        let _ = inner.flush(false).await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

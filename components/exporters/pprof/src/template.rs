@@ -1,0 +1,298 @@
+//! File name templates (`{service}-{type}-{time}.pb.gz`) and making names safe.
+
+use std::fmt::Write as _;
+
+/// A placeholder of the file name template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placeholder {
+    /// `service.name`, or `unknown_service`.
+    Service,
+    /// The default sample type's type (`cpu`, `samples`, `inuse_space`).
+    Type,
+    /// The profile's start, UTC, `20261130T044512Z`.
+    Time,
+    /// `process.pid`, or 0.
+    Pid,
+    /// A counter of the files this exporter wrote.
+    Seq,
+}
+
+const PLACEHOLDERS: &[(&str, Placeholder)] = &[
+    ("service", Placeholder::Service),
+    ("type", Placeholder::Type),
+    ("time", Placeholder::Time),
+    ("pid", Placeholder::Pid),
+    ("seq", Placeholder::Seq),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Value(Placeholder),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    #[error("must not be empty")]
+    Empty,
+    #[error(
+        "unknown placeholder {{{0}}} (known: {{service}}, {{type}}, {{time}}, {{pid}}, {{seq}})"
+    )]
+    Unknown(String),
+    #[error("unclosed `{{` at byte {0}")]
+    Unclosed(usize),
+    #[error("`}}` at byte {0} closes nothing")]
+    Unopened(usize),
+    #[error("must name a file in the directory: {0:?} is not allowed")]
+    Separator(char),
+    #[error("must not be `.` or `..`")]
+    DotName,
+}
+
+/// A parsed file name template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Template {
+    parts: Vec<Part>,
+}
+
+/// What a file's name is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NameValues<'a> {
+    pub service: &'a str,
+    pub sample_type: &'a str,
+    pub time: &'a str,
+    pub pid: i64,
+    pub seq: u64,
+}
+
+impl Template {
+    pub fn parse(text: &str) -> Result<Self, TemplateError> {
+        if text.is_empty() {
+            return Err(TemplateError::Empty);
+        }
+        if text == "." || text == ".." {
+            return Err(TemplateError::DotName);
+        }
+        let mut parts = Vec::new();
+        let mut literal = String::new();
+        let mut rest = text.char_indices();
+        while let Some((at, c)) = rest.next() {
+            match c {
+                '{' => {
+                    let close = text[at..].find('}').ok_or(TemplateError::Unclosed(at))?;
+                    let name = &text[at + 1..at + close];
+                    let placeholder = PLACEHOLDERS
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, p)| *p)
+                        .ok_or_else(|| TemplateError::Unknown(name.to_owned()))?;
+                    if !literal.is_empty() {
+                        parts.push(Part::Text(std::mem::take(&mut literal)));
+                    }
+                    parts.push(Part::Value(placeholder));
+                    // Skip to the closing brace.
+                    for _ in 0..name.chars().count() + 1 {
+                        rest.next();
+                    }
+                }
+                '}' => return Err(TemplateError::Unopened(at)),
+                '/' | '\\' | '\0' => return Err(TemplateError::Separator(c)),
+                c => literal.push(c),
+            }
+        }
+        if !literal.is_empty() {
+            parts.push(Part::Text(literal));
+        }
+        Ok(Template { parts })
+    }
+
+    /// The file name for `values`, each value made safe for a file name.
+    pub fn render(&self, values: &NameValues<'_>) -> String {
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => out.push_str(t),
+                Part::Value(Placeholder::Service) => out.push_str(&sanitize(values.service)),
+                Part::Value(Placeholder::Type) => out.push_str(&sanitize(values.sample_type)),
+                Part::Value(Placeholder::Time) => out.push_str(&sanitize(values.time)),
+                Part::Value(Placeholder::Pid) => {
+                    let _ = write!(out, "{}", values.pid);
+                }
+                Part::Value(Placeholder::Seq) => {
+                    let _ = write!(out, "{}", values.seq);
+                }
+            }
+        }
+        safe_file_name(&out)
+    }
+}
+
+/// Longest a value may be in a file name, in characters.
+const MAX_VALUE_CHARS: usize = 64;
+
+/// A value as part of a file name: ASCII letters, digits, `.`, `_` and `-` are kept,
+/// everything else becomes `_`; runs of dots become `_`; at most 64 characters; never
+/// empty.
+pub(crate) fn sanitize(value: &str) -> String {
+    let mut out = String::with_capacity(value.len().min(MAX_VALUE_CHARS));
+    let mut dots = 0usize;
+    let end_dots = |out: &mut String, dots: &mut usize| {
+        match *dots {
+            0 => {}
+            1 => out.push('.'),
+            _ => out.push('_'),
+        }
+        *dots = 0;
+    };
+    for c in value.chars().take(MAX_VALUE_CHARS) {
+        if c == '.' {
+            dots += 1;
+            continue;
+        }
+        end_dots(&mut out, &mut dots);
+        out.push(if c.is_ascii_alphanumeric() || matches!(c, '_' | '-') {
+            c
+        } else {
+            '_'
+        });
+    }
+    end_dots(&mut out, &mut dots);
+    if out.is_empty() {
+        out.push('_');
+    }
+    out
+}
+
+/// A whole file name made safe: no separators, not hidden, not `.`/`..`, at most 200 bytes.
+pub(crate) fn safe_file_name(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c == '/' || c == '\\' || c.is_control() {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    if out.starts_with('.') || out.is_empty() {
+        out.insert(0, '_');
+    }
+    while out.len() > 200 {
+        out.remove(0);
+    }
+    out
+}
+
+/// `name` with `-n` before its extension: `a.pb.gz` → `a-1.pb.gz`, `a.svg` → `a-1.svg`.
+pub(crate) fn with_suffix(name: &str, n: u64) -> String {
+    let ext_at = extension_start(name);
+    format!("{}-{n}{}", &name[..ext_at], &name[ext_at..])
+}
+
+/// Where the extension of `name` starts: `.gz` with the short extension before it
+/// (`.pb.gz`), else the last extension; the end when there is none.
+fn extension_start(name: &str) -> usize {
+    let Some(last) = name.rfind('.').filter(|&i| i > 0) else {
+        return name.len();
+    };
+    if &name[last..] == ".gz"
+        && let Some(prev) = name[..last].rfind('.').filter(|&i| i > 0)
+        && last - prev <= 7
+        && name[prev + 1..last]
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric())
+    {
+        return prev;
+    }
+    last
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values() -> NameValues<'static> {
+        NameValues {
+            service: "cart",
+            sample_type: "cpu",
+            time: "20261130T044512Z",
+            pid: 42,
+            seq: 7,
+        }
+    }
+
+    #[test]
+    fn renders_every_placeholder() {
+        let t = Template::parse("{service}_{type}_{time}_{pid}_{seq}.pprof").expect("valid");
+        assert_eq!(t.render(&values()), "cart_cpu_20261130T044512Z_42_7.pprof");
+        let t = Template::parse(crate::config::DEFAULT_FILE_NAME).expect("valid");
+        assert_eq!(t.render(&values()), "cart-cpu-20261130T044512Z.pb.gz");
+    }
+
+    #[test]
+    fn rejects_unknown_placeholders_braces_and_separators() {
+        assert_eq!(
+            Template::parse("{service}-{host}.pb.gz"),
+            Err(TemplateError::Unknown("host".into()))
+        );
+        assert_eq!(
+            TemplateError::Unknown("host".into()).to_string(),
+            "unknown placeholder {host} (known: {service}, {type}, {time}, {pid}, {seq})"
+        );
+        assert_eq!(
+            Template::parse("a{service"),
+            Err(TemplateError::Unclosed(1))
+        );
+        assert_eq!(Template::parse("a}"), Err(TemplateError::Unopened(1)));
+        assert_eq!(
+            Template::parse("../{service}"),
+            Err(TemplateError::Separator('/'))
+        );
+        assert_eq!(Template::parse("a\\b"), Err(TemplateError::Separator('\\')));
+        assert_eq!(Template::parse(""), Err(TemplateError::Empty));
+        assert_eq!(Template::parse(".."), Err(TemplateError::DotName));
+        assert_eq!(
+            Template::parse("{}"),
+            Err(TemplateError::Unknown(String::new()))
+        );
+    }
+
+    #[test]
+    fn values_cannot_escape_the_directory() {
+        let t = Template::parse("{service}").expect("valid");
+        for (service, want) in [
+            ("../../etc/passwd", "____etc_passwd"),
+            ("..", "_"),
+            ("a/b", "a_b"),
+            (".hidden", "_.hidden"),
+            ("", "_"),
+            ("checkout service", "checkout_service"),
+            ("ünï", "_n_"),
+        ] {
+            let v = NameValues {
+                service,
+                ..values()
+            };
+            let name = t.render(&v);
+            assert_eq!(name, want, "{service:?}");
+            assert!(!name.contains('/') && !name.contains(".."), "{name}");
+            assert!(!name.starts_with('.'), "{name}");
+        }
+        let long = "x".repeat(500);
+        let v = NameValues {
+            service: &long,
+            ..values()
+        };
+        assert_eq!(t.render(&v).len(), MAX_VALUE_CHARS);
+    }
+
+    #[test]
+    fn suffixes_go_before_the_extension() {
+        assert_eq!(with_suffix("a-cpu.pb.gz", 1), "a-cpu-1.pb.gz");
+        assert_eq!(with_suffix("my.app-cpu.pb.gz", 2), "my.app-cpu-2.pb.gz");
+        assert_eq!(with_suffix("a.svg", 3), "a-3.svg");
+        assert_eq!(with_suffix("plain", 4), "plain-4");
+        assert_eq!(with_suffix("x.gz", 5), "x-5.gz");
+    }
+}

@@ -137,6 +137,7 @@ struct Source(SourceConfig);
 #[async_trait]
 impl Receiver for Source {
     async fn run(self: Box<Self>, ctx: ReceiverContext) -> Result<(), ComponentError> {
+        ctx.started.ready();
         for _ in 0..self.0.batches {
             let b = batch(&self.0.service, self.0.samples_per_batch);
             // Retry on refusal, as a well-behaved sender does.

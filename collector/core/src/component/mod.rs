@@ -115,9 +115,28 @@ pub struct ReceiverContext {
     pub id: ComponentId,
     /// Hands batches to every pipeline that lists this receiver.
     pub output: ReceiverOutput,
+    /// Call `ready()` once sockets are bound (or whatever makes the receiver able to take
+    /// data); the collector reports itself ready only after every receiver has.
+    pub started: Started,
     /// Cancelled when the collector shuts down; `run` should return soon after.
     pub shutdown: CancellationToken,
     pub telemetry: Telemetry,
+}
+
+/// A receiver's "I can take data now". Dropping it unsignalled (a receiver that returns
+/// early) also releases the wait.
+#[derive(Clone, Debug)]
+pub struct Started(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Started {
+    pub fn new() -> (Self, tokio::sync::watch::Receiver<bool>) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (Started(Arc::new(tx)), rx)
+    }
+
+    pub fn ready(&self) {
+        self.0.send_replace(true);
+    }
 }
 
 pub trait ReceiverFactory: Send + Sync + 'static {

@@ -20,11 +20,14 @@ use super::load::{CollectorConfig, Pipeline};
 use super::status::{ComponentStatus, Status};
 use crate::component::{
     BuildError, ComponentError, ComponentId, CreateContext, ExtensionContext, Kind, Processor,
-    ProcessorCreateContext, ReceiverContext, ReceiverOutput, Registry, output::Entrance,
+    ProcessorCreateContext, ReceiverContext, ReceiverOutput, Registry, Started, output::Entrance,
 };
 use crate::exporterhelper::ExporterHandle;
 use crate::pdata::ProfileBatch;
 use crate::telemetry::{ExporterCounters, ProcessorCounters, ReceiverCounters, Telemetry};
+
+/// How long start-up waits for receivers to report that they can take data.
+const RECEIVER_START_LIMIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct ServiceOptions {
@@ -190,6 +193,7 @@ pub async fn run(
     // Receivers last: one per id, feeding every pipeline that lists it.
     let receivers_stop = CancellationToken::new();
     let mut receiver_tasks = Vec::new();
+    let mut receivers_started = Vec::new();
     let mut receiver_ids: Vec<&ComponentId> = Vec::new();
     for pipeline in &config.pipelines {
         for id in &pipeline.receivers {
@@ -217,8 +221,11 @@ pub async fn run(
             storage: storage.clone(),
         };
         let receiver = factory.create(parsed, &ctx)?;
+        let (started, started_rx) = Started::new();
+        receivers_started.push(started_rx);
         let rctx = ReceiverContext {
             id: id.clone(),
+            started,
             output: ReceiverOutput::new(feeds, ReceiverCounters::new(&telemetry, &id.to_string())),
             shutdown: receivers_stop.clone(),
             telemetry: telemetry.clone(),
@@ -234,6 +241,21 @@ pub async fn run(
     // Only receivers hold the entrances now, so the pipelines end when they do.
     drop(entrances);
     drop(fatal_tx);
+    // Ready once every receiver can take data (bounded, so a receiver that never says so
+    // cannot keep the collector unready forever).
+    let all_started = async {
+        for mut rx in receivers_started {
+            let _ = rx.wait_for(|started| *started).await;
+        }
+    };
+    if tokio::time::timeout(RECEIVER_START_LIMIT, all_started)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "a receiver has not reported itself started after {RECEIVER_START_LIMIT:?}; reporting ready anyway"
+        );
+    }
     status.set_ready(true);
     tracing::info!("everything is ready; profiles are flowing");
 

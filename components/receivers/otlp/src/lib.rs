@@ -115,6 +115,7 @@ impl Receiver for OtlpReceiver {
             }
             None => None,
         };
+        ctx.started.ready();
         let grpc = async {
             if let Some((g, tcp)) = grpc {
                 let listener = server::Listener {

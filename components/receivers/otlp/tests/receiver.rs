@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use profcol_core::component::{
     ComponentError, ComponentId, CreateContext, ReceiverContext, ReceiverFactory, ReceiverOutput,
+    Started,
 };
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, decode_pprof, gzip_fast};
@@ -105,9 +106,12 @@ fn spawn(config: Config, capacity: usize) -> Running {
         .expect("create");
     let (tx, rx) = mpsc::channel(capacity);
     let shutdown = CancellationToken::new();
+    // This helper is synchronous; the tests wait for the listener themselves.
+    let (started, _started_rx) = Started::new();
     let ctx = ReceiverContext {
         id: ComponentId::new("otlp", None),
         output: ReceiverOutput::for_test(vec![tx]),
+        started,
         shutdown: shutdown.clone(),
         telemetry: Telemetry::new(),
     };

@@ -6,7 +6,8 @@ use profcol_core::component::registry::DuplicateType;
 
 pub fn registry() -> Result<Registry, DuplicateType> {
     let mut r = Registry::new();
-    r.receiver(profcol_receiver_otlp::OtlpReceiverFactory)?;
+    r.receiver(profcol_receiver_otlp::OtlpReceiverFactory)?
+        .receiver(profcol_receiver_pprof::PprofReceiverFactory)?;
     r.processor(profcol_processor_batch::BatchFactory)?
         .processor(profcol_processor_memory_limiter::MemoryLimiterFactory)?
         .processor(profcol_processor_resource::ResourceFactory)?;

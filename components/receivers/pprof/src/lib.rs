@@ -1,0 +1,214 @@
+//! `pprof` receiver: pprof profiles pushed to a server (`POST /v1/pprof`, Pyroscope's
+//! `/ingest` and Connect `Push`), scraped from Go's `net/http/pprof` endpoints, or read
+//! from files. The modes are contrib's `pprofreceiver`'s and run in any combination.
+//!
+//! Every profile is translated with [`pprof_to_batch`] (sample types, period and
+//! timestamps kept) and handed to all pipelines or none ([`ReceiverOutput::deliver`]);
+//! pushed requests learn of a refusal as 429/503, scrapes and files log it.
+//!
+//! [`pprof_to_batch`]: profcol_core::pdata::pprof::pprof_to_batch
+
+mod config;
+mod delta;
+mod endpoint;
+mod file;
+mod form;
+mod glob;
+mod pyroscope;
+mod scrape;
+mod server;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use profcol_core::component::{
+    BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory,
+    ReceiverOutput, Refused, Stability,
+};
+use profcol_core::config::Validate;
+use profcol_core::pdata::types::{AnyValue, InstrumentationScope, KeyValue, Value};
+use profcol_core::pdata::{ClientInfo, ProfileBatch};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{
+    Config, FileConfig, ProfileKind, ProfileSetting, Profiles, RemoteConfig, ServerConfig, Target,
+};
+pub use endpoint::{INGEST_PATH, PPROF_PATH, PUSH_PATH, SERVICE_NAME_HEADER};
+pub use file::FILE_PATH_ATTRIBUTE;
+pub use pyroscope::{
+    LabelPair, PROFILE_NAME_ATTRIBUTE, PushRequest, PushResponse, RawProfileSeries, RawSample,
+};
+
+/// Scope names, one per way in.
+pub const SCOPE_SERVER: &str = "profcol/pprof/server";
+pub const SCOPE_INGEST: &str = "profcol/pprof/ingest";
+pub const SCOPE_PUSH: &str = "profcol/pprof/push";
+pub const SCOPE_SCRAPE: &str = "profcol/pprof/scrape";
+pub const SCOPE_FILE: &str = "profcol/pprof/file";
+
+/// Failed scrapes, by `receiver`, `target` and `profile`.
+pub const SCRAPE_FAILURES_METRIC: &str = "otelcol_receiver_pprof_scrape_failures_total";
+/// Files that could not be read or parsed, by `receiver`.
+pub const FILE_FAILURES_METRIC: &str = "otelcol_receiver_pprof_file_failures_total";
+
+/// Creates `pprof` receivers.
+pub struct PprofReceiverFactory;
+
+impl ReceiverFactory for PprofReceiverFactory {
+    type Config = Config;
+
+    fn type_name(&self) -> &'static str {
+        "pprof"
+    }
+
+    fn stability(&self) -> Stability {
+        Stability::Alpha
+    }
+
+    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
+        if let Some(e) = config.validate().into_iter().next() {
+            return Err(BuildError::new(&ctx.id, e.to_string()));
+        }
+        let remote = config
+            .remote
+            .as_ref()
+            .map(scrape::Scraper::new)
+            .transpose()
+            .map_err(|e| BuildError::new(&ctx.id, e))?;
+        let file = config
+            .file
+            .as_ref()
+            .map(file::FileWatcher::new)
+            .transpose()
+            .map_err(|e| BuildError::new(&ctx.id, e))?;
+        Ok(Box::new(PprofReceiver {
+            server: config.server,
+            remote,
+            file,
+        }))
+    }
+}
+
+struct PprofReceiver {
+    server: Option<ServerConfig>,
+    remote: Option<scrape::Scraper>,
+    file: Option<file::FileWatcher>,
+}
+
+#[async_trait]
+impl Receiver for PprofReceiver {
+    async fn run(self: Box<Self>, ctx: ReceiverContext) -> Result<(), ComponentError> {
+        let PprofReceiver {
+            server,
+            remote,
+            file,
+        } = *self;
+        let id = ctx.id.to_string();
+        let intake = Intake {
+            output: ctx.output,
+            shutdown: ctx.shutdown.clone(),
+        };
+        // Bind before anything runs, so a port in use stops the receiver at once.
+        let server = match server {
+            Some(config) => {
+                let tcp = bind(&config.endpoint).await?;
+                match tcp.local_addr() {
+                    Ok(addr) => tracing::info!(id, %addr, "pprof receiver listening"),
+                    Err(e) => tracing::info!(id, error = %e, "pprof receiver listening"),
+                }
+                Some((tcp, config.max_body_size()))
+            }
+            None => None,
+        };
+        ctx.started.ready();
+        let serving = async {
+            if let Some((tcp, limit)) = server {
+                let endpoint = endpoint::Endpoint::new(intake.clone(), limit);
+                server::serve(tcp, endpoint, ctx.shutdown.clone()).await;
+            }
+        };
+        let scraping = async {
+            if let Some(scraper) = remote {
+                scraper
+                    .run(intake.clone(), &ctx.telemetry, &id, ctx.shutdown.clone())
+                    .await;
+            }
+        };
+        let reading = async {
+            if let Some(watcher) = file {
+                watcher
+                    .run(intake.clone(), &ctx.telemetry, &id, ctx.shutdown.clone())
+                    .await;
+            }
+        };
+        tokio::join!(serving, scraping, reading);
+        tracing::info!(id, "pprof receiver stopped");
+        Ok(())
+    }
+}
+
+async fn bind(endpoint: &str) -> Result<TcpListener, ComponentError> {
+    let fatal = |e: &dyn std::fmt::Display| {
+        ComponentError::Fatal(format!("pprof receiver: cannot listen on {endpoint}: {e}"))
+    };
+    let (host, port) = config::parse_endpoint(endpoint).map_err(|e| fatal(&e))?;
+    // `:1777` means every interface, as in Go.
+    let address = if host.is_empty() {
+        format!("0.0.0.0:{port}")
+    } else {
+        endpoint.to_owned()
+    };
+    TcpListener::bind(address.as_str())
+        .await
+        .map_err(|e| fatal(&e))
+}
+
+/// The way into the pipelines, shared by every mode.
+#[derive(Clone)]
+pub(crate) struct Intake {
+    output: ReceiverOutput,
+    shutdown: CancellationToken,
+}
+
+impl Intake {
+    /// Hands the batch to the pipelines, waiting up to `deadline` for room; at shutdown it
+    /// stops waiting and answers [`Refused::ShuttingDown`].
+    pub(crate) async fn deliver(
+        &self,
+        batch: ProfileBatch,
+        peer: Option<SocketAddr>,
+        deadline: Duration,
+    ) -> Result<(), Refused> {
+        let batch = match peer {
+            Some(addr) => batch.with_client(ClientInfo { addr: Some(addr) }),
+            None => batch,
+        };
+        tokio::select! {
+            biased;
+            r = self.output.deliver(batch, deadline) => r,
+            _ = self.shutdown.cancelled() => Err(Refused::ShuttingDown),
+        }
+    }
+}
+
+pub(crate) fn string_kv(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue {
+            value: Some(Value::StringValue(value.to_owned())),
+        }),
+        key_strindex: 0,
+    }
+}
+
+/// Our instrumentation scope, `name` at this crate's version.
+pub(crate) fn scope(name: &str, attributes: Vec<KeyValue>) -> InstrumentationScope {
+    InstrumentationScope {
+        name: name.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        attributes,
+        ..Default::default()
+    }
+}

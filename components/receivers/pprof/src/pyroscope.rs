@@ -1,0 +1,492 @@
+//! Pyroscope's two push APIs: `POST /ingest` (query parameters, raw or multipart pprof)
+//! and the Connect unary `POST /push.v1.PusherService/Push` (a protobuf `PushRequest`).
+//! The messages are written out here with their field numbers from grafana/pyroscope
+//! `api/push/v1/push.proto` and `api/types/v1/types.proto`.
+
+use std::collections::HashMap;
+
+use http::HeaderMap;
+use http::header::CONTENT_TYPE;
+use profcol_core::pdata::codec::maybe_gunzip;
+use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_into, pprof_to_batch};
+use profcol_core::pdata::semconv;
+use profcol_core::pdata::types::{
+    InstrumentationScope, KeyValue, Resource, ResourceProfiles, ScopeProfiles,
+};
+use profcol_core::pdata::{DictionaryBuilder, ProfileBatch};
+use profcol_proto::pprof as pp;
+use prost::Message;
+
+use crate::endpoint::RequestError;
+use crate::form::{multipart_boundary, param, parse_multipart, query_params};
+use crate::{SCOPE_INGEST, SCOPE_PUSH, scope, string_kv};
+
+/// The resource attribute `__name__` (the profile family, as `process_cpu`) goes to.
+pub const PROFILE_NAME_ATTRIBUTE: &str = "pyroscope.profile.name";
+
+/// `push.v1.PushRequest`.
+#[derive(Clone, PartialEq, Message)]
+pub struct PushRequest {
+    #[prost(message, repeated, tag = "1")]
+    pub series: Vec<RawProfileSeries>,
+}
+
+/// `push.v1.RawProfileSeries`. Field 3 (annotations) is skipped as unknown, as
+/// Pyroscope's server drops clients' annotations too.
+#[derive(Clone, PartialEq, Message)]
+pub struct RawProfileSeries {
+    #[prost(message, repeated, tag = "1")]
+    pub labels: Vec<LabelPair>,
+    #[prost(message, repeated, tag = "2")]
+    pub samples: Vec<RawSample>,
+}
+
+/// `types.v1.LabelPair`.
+#[derive(Clone, PartialEq, Message)]
+pub struct LabelPair {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub value: String,
+}
+
+/// `push.v1.RawSample`.
+#[derive(Clone, PartialEq, Message)]
+pub struct RawSample {
+    /// pprof bytes, usually gzipped.
+    #[prost(bytes = "vec", tag = "1")]
+    pub raw_profile: Vec<u8>,
+    #[prost(string, tag = "2")]
+    pub id: String,
+}
+
+/// `push.v1.PushResponse`.
+#[derive(Clone, PartialEq, Message)]
+pub struct PushResponse {}
+
+/// Where a profile came from, as OTLP says it: resource attributes and scope.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Origin {
+    attributes: Vec<KeyValue>,
+    scope_name: Option<String>,
+    scope_version: Option<String>,
+}
+
+impl Origin {
+    fn set(&mut self, key: &str, value: &str) {
+        match self.attributes.iter_mut().find(|kv| kv.key == key) {
+            Some(kv) => *kv = string_kv(key, value),
+            None => self.attributes.push(string_kv(key, value)),
+        }
+    }
+
+    /// A Pyroscope label: `service_name` is `service.name`, `__name__` the profile family,
+    /// `otel.scope.name`/`otel.scope.version` name the scope; others are kept as given.
+    pub(crate) fn label(&mut self, name: &str, value: &str) {
+        match name.trim() {
+            "" => {}
+            "service_name" => self.set(semconv::SERVICE_NAME, value),
+            "__name__" => self.set(PROFILE_NAME_ATTRIBUTE, value),
+            "otel.scope.name" => self.scope_name = Some(value.to_owned()),
+            "otel.scope.version" => self.scope_version = Some(value.to_owned()),
+            other => self.set(other, value),
+        }
+    }
+
+    pub(crate) fn attributes(&self) -> &[KeyValue] {
+        &self.attributes
+    }
+
+    /// The scope named by the labels, else ours.
+    pub(crate) fn scope(&self, default: &str) -> InstrumentationScope {
+        match &self.scope_name {
+            Some(name) => InstrumentationScope {
+                name: name.clone(),
+                version: self.scope_version.clone().unwrap_or_default(),
+                ..Default::default()
+            },
+            None => scope(default, Vec::new()),
+        }
+    }
+}
+
+/// `name=my.app{env=prod,region=eu}`: the application name and its labels.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct AppName {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+}
+
+pub(crate) fn parse_app_name(text: &str) -> Result<AppName, String> {
+    let text = text.trim();
+    let (name, labels) = match text.split_once('{') {
+        Some((name, rest)) => {
+            let inner = rest.trim_end().strip_suffix('}').ok_or_else(|| {
+                format!("name {text:?}: the labels must end with \"}}\", as in app{{env=prod}}")
+            })?;
+            (name.trim(), inner)
+        }
+        None => (text, ""),
+    };
+    if name.is_empty() {
+        return Err(format!(
+            "name {text:?} has no application name, as in my-app{{env=prod}}"
+        ));
+    }
+    let mut out = Vec::new();
+    for pair in labels.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .filter(|(k, _)| !k.trim().is_empty())
+            .ok_or_else(|| format!("name {text:?}: label {pair:?} is not key=value"))?;
+        out.push((k.trim().to_owned(), v.trim().to_owned()));
+    }
+    Ok(AppName {
+        name: name.to_owned(),
+        labels: out,
+    })
+}
+
+/// The renames a `sample_type_config` asks for: sample type → its `display-name`. Other
+/// keys (units, aggregation, sampled, cumulative) are ignored.
+pub(crate) fn display_names(json: &[u8]) -> Result<HashMap<String, String>, String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| format!("sample_type_config: {e}"))?;
+    let object = value.as_object().ok_or_else(|| {
+        "sample_type_config: expected a JSON object keyed by sample type".to_owned()
+    })?;
+    Ok(object
+        .iter()
+        .filter_map(|(sample_type, config)| {
+            let name = config.get("display-name")?.as_str()?.trim();
+            (!name.is_empty()).then(|| (sample_type.clone(), name.to_owned()))
+        })
+        .collect())
+}
+
+/// Renames sample types (and the default type, which names one) in place. New names are
+/// added to the string table, so strings shared with other fields stay as they are.
+pub(crate) fn rename_sample_types(p: &mut pp::Profile, renames: &HashMap<String, String>) {
+    if renames.is_empty() {
+        return;
+    }
+    let text = |p: &pp::Profile, i: i64| -> String {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| p.string_table.get(i))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let default = text(p, p.default_sample_type);
+    for i in 0..p.sample_type.len() {
+        let old = text(p, p.sample_type[i].r#type);
+        let Some(new) = renames.get(&old) else {
+            continue;
+        };
+        let index = match p.string_table.iter().position(|s| s == new) {
+            Some(index) => index,
+            None => {
+                p.string_table.push(new.clone());
+                p.string_table.len() - 1
+            }
+        };
+        let index = i64::try_from(index).unwrap_or(0);
+        p.sample_type[i].r#type = index;
+        if p.default_sample_type != 0 && old == default {
+            p.default_sample_type = index;
+        }
+    }
+}
+
+/// Unix seconds from a query parameter.
+fn unix_seconds(params: &[(String, String)], name: &str) -> Result<Option<i64>, RequestError> {
+    match param(params, name).map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => v.parse::<i64>().map(Some).map_err(|_| {
+            RequestError::Invalid(format!("{name}={v:?}: expected unix time in seconds"))
+        }),
+    }
+}
+
+/// `from`/`until` fill in the profile's time and duration when it has none.
+fn apply_time_range(p: &mut pp::Profile, from: Option<i64>, until: Option<i64>) {
+    const NANOS: i64 = 1_000_000_000;
+    if let Some(from) = from.filter(|f| *f > 0) {
+        if p.time_nanos == 0 {
+            p.time_nanos = from.saturating_mul(NANOS);
+        }
+        if let Some(until) = until.filter(|u| *u > from)
+            && p.duration_nanos == 0
+        {
+            p.duration_nanos = (until - from).saturating_mul(NANOS);
+        }
+    }
+}
+
+/// `POST /ingest?name=...&format=pprof&from=&until=`: a raw pprof body or a form with
+/// `profile` (and optionally `sample_type_config`; `prev_profile` is ignored).
+pub(crate) fn ingest(
+    uri: &http::Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+    limit: usize,
+) -> Result<ProfileBatch, RequestError> {
+    let params = query_params(uri.query());
+    let format = param(&params, "format")
+        .map(str::trim)
+        .filter(|f| !f.is_empty());
+    if let Some(format) = format.filter(|f| !f.eq_ignore_ascii_case("pprof")) {
+        return Err(RequestError::Invalid(format!(
+            "format {format} is not supported; send pprof"
+        )));
+    }
+    let name = param(&params, "name").ok_or_else(|| {
+        RequestError::Invalid(
+            "the name parameter is required, as in name=my-app{env=prod}".to_owned(),
+        )
+    })?;
+    let app = parse_app_name(name).map_err(RequestError::Invalid)?;
+    let from = unix_seconds(&params, "from")?;
+    let until = unix_seconds(&params, "until")?;
+
+    let content_type = headers
+        .get(CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let boundary = multipart_boundary(&content_type).map_err(RequestError::Invalid)?;
+    let (profile_bytes, config) = match &boundary {
+        Some(boundary) => {
+            let parts = parse_multipart(body, boundary).map_err(RequestError::Invalid)?;
+            let field = |name: &str| parts.iter().find(|p| p.name == name).map(|p| p.body);
+            let profile = field("profile").ok_or_else(|| {
+                RequestError::Invalid("the form has no \"profile\" field".to_owned())
+            })?;
+            (profile, field("sample_type_config"))
+        }
+        None => (body, None),
+    };
+    let mut profile = decode(profile_bytes, limit).map_err(|e| match (e, format) {
+        (RequestError::Invalid(m), None) => RequestError::Invalid(format!(
+            "{m} (no format was given; Pyroscope's default, folded, is not supported: send format=pprof)"
+        )),
+        (e, _) => e,
+    })?;
+    if let Some(config) = config {
+        let renames = display_names(config).map_err(RequestError::Invalid)?;
+        rename_sample_types(&mut profile, &renames);
+    }
+    apply_time_range(&mut profile, from, until);
+
+    let mut origin = Origin::default();
+    origin.set(semconv::SERVICE_NAME, &app.name);
+    for (k, v) in &app.labels {
+        origin.label(k, v);
+    }
+    pprof_to_batch(
+        &profile,
+        ToOtlpOptions {
+            resource_attributes: origin.attributes().to_vec(),
+            scope: Some(origin.scope(SCOPE_INGEST)),
+            original_payload: None,
+        },
+    )
+    .map_err(|e| RequestError::Invalid(format!("invalid pprof profile: {e}")))
+}
+
+/// `POST /push.v1.PusherService/Push`: every series' labels become one resource, each of
+/// its samples one pprof. None when the request carries no profile at all.
+pub(crate) fn push(body: &[u8], limit: usize) -> Result<Option<ProfileBatch>, RequestError> {
+    let request = PushRequest::decode(body)
+        .map_err(|e| RequestError::Invalid(format!("not a valid PushRequest: {e}")))?;
+    let mut builder = DictionaryBuilder::new();
+    let mut resources = Vec::new();
+    // Decompressed bytes so far: the cap holds for the request as a whole.
+    let mut used = 0usize;
+    for (i, series) in request.series.iter().enumerate() {
+        let mut origin = Origin::default();
+        for label in &series.labels {
+            origin.label(&label.name, &label.value);
+        }
+        let mut profiles = Vec::new();
+        for (j, sample) in series.samples.iter().enumerate() {
+            if sample.raw_profile.is_empty() {
+                continue;
+            }
+            let at = |e: RequestError| match e {
+                RequestError::Invalid(m) => {
+                    RequestError::Invalid(format!("series[{i}].samples[{j}]: {m}"))
+                }
+                other => other,
+            };
+            let plain = maybe_gunzip(&sample.raw_profile, limit.saturating_sub(used))
+                .map_err(|e| at(RequestError::from_decode(e, limit)))?;
+            used = used.saturating_add(plain.len());
+            let profile = pp::Profile::decode(&*plain).map_err(|e| {
+                at(RequestError::Invalid(format!(
+                    "invalid pprof profile: not a valid protobuf message: {e}"
+                )))
+            })?;
+            let translated = pprof_into(&mut builder, &profile)
+                .map_err(|e| at(RequestError::Invalid(format!("invalid pprof profile: {e}"))))?;
+            profiles.extend(translated);
+        }
+        if profiles.is_empty() {
+            continue;
+        }
+        let attributes = origin.attributes().to_vec();
+        resources.push(ResourceProfiles {
+            resource: (!attributes.is_empty()).then(|| Resource {
+                attributes,
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                scope: Some(origin.scope(SCOPE_PUSH)),
+                profiles,
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        });
+    }
+    if resources.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ProfileBatch::from_valid(builder.finish(), resources)))
+}
+
+/// Decodes a pprof (gzip or plain) within `limit`.
+pub(crate) fn decode(bytes: &[u8], limit: usize) -> Result<pp::Profile, RequestError> {
+    profcol_core::pdata::codec::decode_pprof(bytes, limit)
+        .map_err(|e| RequestError::from_decode(e, limit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_names() {
+        assert_eq!(
+            parse_app_name("my.app.cpu{env=prod, region = eu}"),
+            Ok(AppName {
+                name: "my.app.cpu".into(),
+                labels: vec![
+                    ("env".into(), "prod".into()),
+                    ("region".into(), "eu".into())
+                ],
+            })
+        );
+        assert_eq!(
+            parse_app_name("plain"),
+            Ok(AppName {
+                name: "plain".into(),
+                labels: vec![]
+            })
+        );
+        assert_eq!(parse_app_name("app{}").map(|a| a.labels.len()), Ok(0));
+        assert!(parse_app_name("{env=prod}").is_err());
+        assert!(parse_app_name("app{env=prod").is_err());
+        assert!(parse_app_name("app{env}").is_err());
+        assert!(parse_app_name("app{=x}").is_err());
+        assert!(parse_app_name("  ").is_err());
+    }
+
+    #[test]
+    fn labels_map_to_attributes_and_scope() {
+        let mut o = Origin::default();
+        for (k, v) in [
+            ("service_name", "svc"),
+            ("__name__", "process_cpu"),
+            ("otel.scope.name", "pyroscope-go"),
+            ("otel.scope.version", "1.2"),
+            ("env", "prod"),
+            ("env", "staging"),
+            ("", "ignored"),
+        ] {
+            o.label(k, v);
+        }
+        let keys: Vec<(&str, String)> = o
+            .attributes()
+            .iter()
+            .map(|kv| {
+                (
+                    kv.key.as_str(),
+                    kv.value
+                        .as_ref()
+                        .map(profcol_core::pdata::any_value_to_string)
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("service.name", "svc".to_owned()),
+                ("pyroscope.profile.name", "process_cpu".to_owned()),
+                ("env", "staging".to_owned()),
+            ]
+        );
+        let s = o.scope(SCOPE_PUSH);
+        assert_eq!(
+            (s.name.as_str(), s.version.as_str()),
+            ("pyroscope-go", "1.2")
+        );
+        assert_eq!(Origin::default().scope(SCOPE_PUSH).name, SCOPE_PUSH);
+    }
+
+    #[test]
+    fn sample_type_config_renames() {
+        let names = display_names(
+            br#"{"inuse_space": {"units": "bytes", "display-name": "inuse_space_bytes", "future": 1},
+                 "alloc_space": {"aggregation": "sum"}, "samples": {"display-name": ""}}"#,
+        )
+        .expect("json");
+        assert_eq!(
+            names,
+            HashMap::from([("inuse_space".to_owned(), "inuse_space_bytes".to_owned())])
+        );
+        assert!(display_names(b"[1]").is_err());
+        assert!(display_names(b"{").is_err());
+
+        let mut p = pp::Profile {
+            sample_type: vec![
+                pp::ValueType { r#type: 1, unit: 2 },
+                pp::ValueType { r#type: 3, unit: 2 },
+            ],
+            default_sample_type: 3,
+            string_table: ["", "alloc_space", "bytes", "inuse_space"]
+                .map(String::from)
+                .to_vec(),
+            ..Default::default()
+        };
+        rename_sample_types(&mut p, &names);
+        assert_eq!(
+            p.string_table[p.sample_type[1].r#type as usize],
+            "inuse_space_bytes"
+        );
+        assert_eq!(p.sample_type[0].r#type, 1);
+        assert_eq!(
+            p.string_table[p.default_sample_type as usize],
+            "inuse_space_bytes"
+        );
+        // The old string is still there for anything else that uses it.
+        assert_eq!(p.string_table[3], "inuse_space");
+    }
+
+    #[test]
+    fn time_range_fills_only_what_is_missing() {
+        let mut p = pp::Profile::default();
+        apply_time_range(&mut p, Some(1_700_000_000), Some(1_700_000_010));
+        assert_eq!(p.time_nanos, 1_700_000_000_000_000_000);
+        assert_eq!(p.duration_nanos, 10_000_000_000);
+        let mut p = pp::Profile {
+            time_nanos: 5,
+            duration_nanos: 6,
+            ..Default::default()
+        };
+        apply_time_range(&mut p, Some(1), Some(2));
+        assert_eq!((p.time_nanos, p.duration_nanos), (5, 6));
+        let mut p = pp::Profile::default();
+        apply_time_range(&mut p, None, Some(2));
+        assert_eq!((p.time_nanos, p.duration_nanos), (0, 0));
+    }
+}

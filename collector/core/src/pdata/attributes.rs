@@ -43,6 +43,25 @@ pub fn attribute_value<'a>(
     })
 }
 
+/// The service a resource belongs to, by the semantic conventions' rule: `service.name`
+/// when set, else `unknown_service:` + the process executable name, else
+/// `unknown_service`.
+pub fn service_name(attributes: &[KeyValue]) -> String {
+    let text = |key: &str| {
+        attributes
+            .iter()
+            .find(|kv| kv.key == key)
+            .and_then(|kv| kv.value.as_ref())
+            .map(any_value_to_string)
+            .filter(|s| !s.is_empty())
+    };
+    text(semconv::SERVICE_NAME)
+        .or_else(|| {
+            text(semconv::PROCESS_EXECUTABLE_NAME).map(|exe| format!("unknown_service:{exe}"))
+        })
+        .unwrap_or_else(|| "unknown_service".to_owned())
+}
+
 /// Renders a value as text, the way a label or a log line shows it.
 pub fn any_value_to_string(value: &AnyValue) -> String {
     use base64::Engine as _;
@@ -214,6 +233,29 @@ mod tests {
             l.values[0].value.as_ref().and_then(|v| v.value.clone()),
             Some(Value::StringValue("cart".into()))
         );
+    }
+
+    #[test]
+    fn service_name_follows_the_semantic_conventions_default() {
+        let kv = |k: &str, v: &str| KeyValue {
+            key: k.into(),
+            value: Some(AnyValue {
+                value: Some(Value::StringValue(v.into())),
+            }),
+            key_strindex: 0,
+        };
+        assert_eq!(
+            service_name(&[
+                kv("service.name", "cart"),
+                kv("process.executable.name", "java")
+            ]),
+            "cart"
+        );
+        assert_eq!(
+            service_name(&[kv("process.executable.name", "java")]),
+            "unknown_service:java"
+        );
+        assert_eq!(service_name(&[]), "unknown_service");
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod pprof;
 pub mod summary;
 mod validate;
 
-pub use attributes::{any_value_to_string, attribute_value, semconv};
+pub use attributes::{any_value_to_string, attribute_value, semconv, service_name};
 pub use batch::{ClientInfo, ProfileBatch};
 pub use builder::DictionaryBuilder;
 pub use merge::{Merger, merge};

@@ -4,8 +4,7 @@ use std::collections::HashMap;
 
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::summary::{frame_names, sample_value};
-use profcol_core::pdata::types::{KeyValue, ProfilesDictionary};
-use profcol_core::pdata::{any_value_to_string, semconv};
+use profcol_core::pdata::types::ProfilesDictionary;
 
 /// The service of a resource with no `service.name`, as OpenTelemetry names it.
 pub const UNKNOWN_SERVICE: &str = "unknown_service";
@@ -36,16 +35,8 @@ pub(crate) struct Accumulator {
     index: HashMap<(String, String), usize>,
 }
 
-/// The `service.name` of resource attributes, or `unknown_service`.
-pub(crate) fn service_name(attributes: &[KeyValue]) -> String {
-    attributes
-        .iter()
-        .find(|kv| kv.key == semconv::SERVICE_NAME)
-        .and_then(|kv| kv.value.as_ref())
-        .map(any_value_to_string)
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| UNKNOWN_SERVICE.to_owned())
-}
+/// The service a resource belongs to (semantic-convention default included).
+pub(crate) use profcol_core::pdata::service_name;
 
 /// A frame name that cannot break a folded line: `;` separates frames, so it becomes `:`;
 /// control characters become spaces; and a name that ends in ` <number>` would be read

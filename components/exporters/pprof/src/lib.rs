@@ -129,16 +129,8 @@ impl From<WriteError> for ExportError {
     }
 }
 
-/// The `service.name` of resource attributes, or `unknown_service`.
-pub(crate) fn service_name(attributes: &[KeyValue]) -> String {
-    attributes
-        .iter()
-        .find(|kv| kv.key == semconv::SERVICE_NAME)
-        .and_then(|kv| kv.value.as_ref())
-        .map(profcol_core::pdata::any_value_to_string)
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| UNKNOWN_SERVICE.to_owned())
-}
+/// The service a resource belongs to (semantic-convention default included).
+pub(crate) use profcol_core::pdata::service_name;
 
 fn pid(attributes: &[KeyValue]) -> i64 {
     attributes

@@ -1,0 +1,218 @@
+//! The records on the `events` ring buffer, as laid out by `profiler.bpf.c`
+//! (`struct sample_event`, `struct process_event`). Native endian, naturally
+//! aligned; this module is the only place that knows the offsets.
+
+use crate::{Event, Sample};
+
+/// Frames per stack the BPF program collects at most.
+pub(crate) const MAX_FRAMES: usize = 127;
+
+pub(crate) const EVENT_SAMPLE: u32 = 1;
+pub(crate) const EVENT_EXEC: u32 = 2;
+pub(crate) const EVENT_FORK: u32 = 3;
+pub(crate) const EVENT_EXIT: u32 = 4;
+
+pub(crate) const SAMPLE_KERNEL_TRUNCATED: u32 = 1 << 0;
+pub(crate) const SAMPLE_USER_TRUNCATED: u32 = 1 << 1;
+
+/// `offsetof(struct sample_event, frames)`.
+pub(crate) const SAMPLE_HEADER_LEN: usize = 56;
+/// `offsetof(struct process_event, filename)`.
+pub(crate) const PROCESS_HEADER_LEN: usize = 16;
+const COMM_LEN: usize = 16;
+
+/// Why a record could not be decoded (a layout mismatch between the object and
+/// this crate: it should never happen with the committed object).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DecodeError {
+    Short { kind: u32, len: usize },
+    UnknownKind(u32),
+}
+
+fn u16_at(b: &[u8], off: usize) -> u16 {
+    let mut a = [0u8; 2];
+    a.copy_from_slice(&b[off..off + 2]);
+    u16::from_ne_bytes(a)
+}
+
+fn u32_at(b: &[u8], off: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[off..off + 4]);
+    u32::from_ne_bytes(a)
+}
+
+fn u64_at(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_ne_bytes(a)
+}
+
+fn c_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// Decodes one ring-buffer record.
+pub(crate) fn decode(b: &[u8]) -> Result<Event, DecodeError> {
+    if b.len() < 4 {
+        return Err(DecodeError::Short {
+            kind: 0,
+            len: b.len(),
+        });
+    }
+    let kind = u32_at(b, 0);
+    match kind {
+        EVENT_SAMPLE => decode_sample(b).map(Event::Sample),
+        EVENT_EXEC | EVENT_FORK | EVENT_EXIT => {
+            if b.len() < PROCESS_HEADER_LEN {
+                return Err(DecodeError::Short { kind, len: b.len() });
+            }
+            let pid = u32_at(b, 4);
+            Ok(match kind {
+                EVENT_EXEC => {
+                    let n = (u32_at(b, 12) as usize).min(b.len() - PROCESS_HEADER_LEN);
+                    let name = &b[PROCESS_HEADER_LEN..PROCESS_HEADER_LEN + n];
+                    Event::Exec {
+                        pid,
+                        filename: c_string(name),
+                    }
+                }
+                EVENT_FORK => Event::Fork {
+                    parent_pid: u32_at(b, 8),
+                    child_pid: pid,
+                },
+                _ => Event::Exit { pid },
+            })
+        }
+        other => Err(DecodeError::UnknownKind(other)),
+    }
+}
+
+fn decode_sample(b: &[u8]) -> Result<Sample, DecodeError> {
+    let short = DecodeError::Short {
+        kind: EVENT_SAMPLE,
+        len: b.len(),
+    };
+    if b.len() < SAMPLE_HEADER_LEN {
+        return Err(short);
+    }
+    let flags = u32_at(b, 4);
+    let nk = u16_at(b, 20) as usize;
+    let nu = u16_at(b, 22) as usize;
+    if nk > MAX_FRAMES || nu > MAX_FRAMES || b.len() < SAMPLE_HEADER_LEN + (nk + nu) * 8 {
+        return Err(short);
+    }
+    let frame = |i: usize| u64_at(b, SAMPLE_HEADER_LEN + i * 8);
+    Ok(Sample {
+        pid: u32_at(b, 8),
+        tid: u32_at(b, 12),
+        cpu: u32_at(b, 16),
+        cgroup_id: u64_at(b, 24),
+        time_ns: u64_at(b, 32),
+        comm: c_string(&b[40..40 + COMM_LEN]),
+        kernel_stack: (0..nk).map(frame).collect(),
+        user_stack: (nk..nk + nu).map(frame).collect(),
+        kernel_truncated: flags & SAMPLE_KERNEL_TRUNCATED != 0,
+        user_truncated: flags & SAMPLE_USER_TRUNCATED != 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_bytes(kernel: &[u64], user: &[u64], flags: u32) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&EVENT_SAMPLE.to_ne_bytes());
+        b.extend_from_slice(&flags.to_ne_bytes());
+        b.extend_from_slice(&42u32.to_ne_bytes()); // pid
+        b.extend_from_slice(&43u32.to_ne_bytes()); // tid
+        b.extend_from_slice(&1u32.to_ne_bytes()); // cpu
+        b.extend_from_slice(&(kernel.len() as u16).to_ne_bytes());
+        b.extend_from_slice(&(user.len() as u16).to_ne_bytes());
+        b.extend_from_slice(&7u64.to_ne_bytes()); // cgroup
+        b.extend_from_slice(&123_456u64.to_ne_bytes()); // time
+        let mut comm = [0u8; 16];
+        comm[..4].copy_from_slice(b"busy");
+        b.extend_from_slice(&comm);
+        assert_eq!(b.len(), SAMPLE_HEADER_LEN);
+        for f in kernel.iter().chain(user) {
+            b.extend_from_slice(&f.to_ne_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn decodes_a_sample_with_both_stacks() {
+        let b = sample_bytes(
+            &[0xffff_ffff_8100_0000, 0xffff_ffff_8100_0010],
+            &[0x40_1000],
+            SAMPLE_USER_TRUNCATED,
+        );
+        let Ok(Event::Sample(s)) = decode(&b) else {
+            panic!("not a sample")
+        };
+        assert_eq!(
+            (s.pid, s.tid, s.cpu, s.cgroup_id, s.time_ns),
+            (42, 43, 1, 7, 123_456)
+        );
+        assert_eq!(s.comm, "busy");
+        assert_eq!(
+            s.kernel_stack,
+            vec![0xffff_ffff_8100_0000, 0xffff_ffff_8100_0010]
+        );
+        assert_eq!(s.user_stack, vec![0x40_1000]);
+        assert!(!s.kernel_truncated);
+        assert!(s.user_truncated);
+    }
+
+    #[test]
+    fn rejects_a_sample_shorter_than_its_frame_counts() {
+        let mut b = sample_bytes(&[1, 2], &[3], 0);
+        b.truncate(b.len() - 8);
+        assert!(matches!(
+            decode(&b),
+            Err(DecodeError::Short {
+                kind: EVENT_SAMPLE,
+                ..
+            })
+        ));
+        assert!(decode(&b[..10]).is_err());
+        assert!(decode(&[]).is_err());
+    }
+
+    #[test]
+    fn decodes_process_events() {
+        let mut exec = Vec::new();
+        for v in [EVENT_EXEC, 10, 0, 7] {
+            exec.extend_from_slice(&v.to_ne_bytes());
+        }
+        exec.extend_from_slice(b"/bin/sh");
+        assert_eq!(
+            decode(&exec),
+            Ok(Event::Exec {
+                pid: 10,
+                filename: "/bin/sh".into()
+            })
+        );
+
+        let mut fork = Vec::new();
+        for v in [EVENT_FORK, 11, 10, 0] {
+            fork.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(
+            decode(&fork),
+            Ok(Event::Fork {
+                parent_pid: 10,
+                child_pid: 11
+            })
+        );
+
+        let mut exit = Vec::new();
+        for v in [EVENT_EXIT, 11, 0, 0] {
+            exit.extend_from_slice(&v.to_ne_bytes());
+        }
+        assert_eq!(decode(&exit), Ok(Event::Exit { pid: 11 }));
+        assert_eq!(decode(&[9, 0, 0, 0]), Err(DecodeError::UnknownKind(9)));
+    }
+}

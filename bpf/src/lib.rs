@@ -1,0 +1,178 @@
+//! profcol's BPF side: a whole-system, frame-pointer based CPU profiler.
+//!
+//! A `perf_event` BPF program runs on a software cpu-clock event on every
+//! online CPU at [`ProfilerConfig::frequency_hz`] and sends each sample
+//! (pid, tid, cpu, comm, cgroup, time, kernel and user stack) to user space
+//! through a BPF ring buffer; `tp_btf` programs on the scheduler's exec, fork
+//! and exit tracepoints report process lifecycle events on the same ring.
+//! Pid and cgroup filters are applied in the kernel before any stack is taken.
+//!
+//! The BPF object is compiled ahead of time (`bpf/build-object.sh`) and
+//! committed as `src/bpf/profiler.bpf.o`; it is embedded here and loaded with
+//! libbpf (vendored and linked statically), relocated with CO-RE against the
+//! running kernel's BTF. Building needs no clang and running needs no
+//! libbpf/libelf on the host.
+//!
+//! Needs Linux ≥ 5.8 with BTF (`/sys/kernel/btf/vmlinux`) and root or
+//! `CAP_BPF` + `CAP_PERFMON` + `CAP_SYS_PTRACE` (+ `CAP_SYS_RESOURCE` before Linux 5.11).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use profcol_bpf::{Event, Profiler, ProfilerConfig};
+//!
+//! let mut profiler = Profiler::start(&ProfilerConfig { frequency_hz: 19, ..ProfilerConfig::default() })?;
+//! let offset = profcol_bpf::monotonic_to_unix_nanos_offset();
+//! profiler.poll(Duration::from_millis(250), &mut |event| {
+//!     if let Event::Sample(s) = event {
+//!         let unix_ns = i128::from(s.time_ns) + offset;
+//!         println!("{unix_ns} {} {} {:x?}", s.pid, s.comm, s.user_stack);
+//!     }
+//! })?;
+//! # Ok::<(), profcol_bpf::BpfError>(())
+//! ```
+
+mod clock;
+mod event;
+mod loader;
+mod perf;
+mod privileges;
+
+pub use clock::monotonic_to_unix_nanos_offset;
+pub use loader::Profiler;
+pub use privileges::check_privileges;
+
+/// The most frames kept per stack; a stack that fills them is marked truncated.
+pub const MAX_FRAMES: usize = event::MAX_FRAMES;
+/// The most pids an include or exclude set can hold.
+pub const MAX_PID_FILTER: usize = 16384;
+/// The most cgroup ids an include or exclude set can hold.
+pub const MAX_CGROUP_FILTER: usize = 4096;
+
+/// What to sample and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfilerConfig {
+    /// Samples per second on each CPU (19 by default: a prime, to avoid
+    /// lockstep with periodic work). At most `kernel.perf_event_max_sample_rate`.
+    pub frequency_hz: u64,
+    /// Only these processes (tgids) are sampled; empty means all.
+    pub include_pids: Vec<u32>,
+    /// These processes are never sampled (wins over `include_pids`).
+    pub exclude_pids: Vec<u32>,
+    /// Only tasks in these cgroups (cgroup v2 ids, the inode number of the
+    /// cgroup directory) are sampled; empty means all.
+    pub include_cgroups: Vec<u64>,
+    /// Tasks in these cgroups are never sampled (wins over `include_cgroups`).
+    pub exclude_cgroups: Vec<u64>,
+    /// Ring buffer size, rounded up to a power of two of at least one page.
+    /// A full ring drops samples, counted by [`Profiler::lost_samples`].
+    pub ring_buffer_bytes: usize,
+    /// Skip samples of the calling process (the profiler itself).
+    pub exclude_self: bool,
+}
+
+impl Default for ProfilerConfig {
+    fn default() -> Self {
+        ProfilerConfig {
+            frequency_hz: 19,
+            include_pids: Vec::new(),
+            exclude_pids: Vec::new(),
+            include_cgroups: Vec::new(),
+            exclude_cgroups: Vec::new(),
+            ring_buffer_bytes: 256 * 1024,
+            exclude_self: false,
+        }
+    }
+}
+
+/// One record from the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A CPU sample.
+    Sample(Sample),
+    /// Process `pid` called execve; `filename` is the path it passed (may be
+    /// relative; empty if the kernel could not read it: use `/proc/PID/exe`).
+    Exec {
+        /// The process (tgid).
+        pid: u32,
+        /// The path given to execve.
+        filename: String,
+    },
+    /// A new process (not a thread) was created.
+    Fork {
+        /// The creating process (tgid).
+        parent_pid: u32,
+        /// The new process.
+        child_pid: u32,
+    },
+    /// The last thread of process `pid` exited.
+    Exit {
+        /// The process (tgid).
+        pid: u32,
+    },
+}
+
+/// One CPU sample: what was running on a CPU when the sampling clock fired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// Process id (tgid), in the initial pid namespace.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// The CPU the sample was taken on.
+    pub cpu: u32,
+    /// The thread's name (`comm`, at most 15 bytes).
+    pub comm: String,
+    /// The task's cgroup v2 id (`bpf_get_current_cgroup_id`).
+    pub cgroup_id: u64,
+    /// `bpf_ktime_get_ns`: CLOCK_MONOTONIC nanoseconds (not counting suspend).
+    /// Add [`monotonic_to_unix_nanos_offset`] for Unix time.
+    pub time_ns: u64,
+    /// Kernel return addresses, innermost first; empty when the CPU was in user mode.
+    pub kernel_stack: Vec<u64>,
+    /// User return addresses (frame-pointer walk), innermost first; the first
+    /// is the instruction pointer.
+    pub user_stack: Vec<u64>,
+    /// `kernel_stack` holds [`MAX_FRAMES`] frames: outer frames may be missing.
+    pub kernel_truncated: bool,
+    /// `user_stack` holds [`MAX_FRAMES`] frames: outer frames may be missing.
+    pub user_truncated: bool,
+}
+
+/// Why the profiler could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    /// The process lacks what the profiler needs; `missing` names each
+    /// capability (e.g. `"CAP_BPF"`) or `"readable /proc"`.
+    #[error(
+        "missing privileges: {}; run as root (CAP_SYS_ADMIN) or grant CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE (and CAP_SYS_RESOURCE before Linux 5.11)",
+        missing.join(", ")
+    )]
+    MissingPrivileges {
+        /// What is missing, in a fixed order.
+        missing: Vec<&'static str>,
+    },
+    /// The kernel cannot run the profiler (no BTF, no perf events).
+    #[error("unsupported kernel: {0}")]
+    Unsupported(String),
+    /// The configuration is invalid.
+    #[error("invalid profiler config: {0}")]
+    Config(String),
+    /// Loading the BPF object failed (the message includes libbpf's log, with
+    /// the verifier's output when it rejected a program).
+    #[error("loading the BPF profiler failed: {0}")]
+    Load(String),
+    /// Opening perf events or attaching a program failed.
+    #[error("attaching the BPF profiler failed: {0}")]
+    Attach(String),
+    /// Reading the ring buffer failed.
+    #[error("polling the BPF ring buffer failed: {0}")]
+    Poll(String),
+    /// Updating a BPF map (filters) failed.
+    #[error("updating BPF map {map} failed: {message}")]
+    Map {
+        /// The map's name.
+        map: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+}

@@ -7,7 +7,10 @@ use profcol_core::component::registry::DuplicateType;
 pub fn registry() -> Result<Registry, DuplicateType> {
     let mut r = Registry::new();
     r.receiver(profcol_receiver_otlp::OtlpReceiverFactory)?
-        .receiver(profcol_receiver_pprof::PprofReceiverFactory)?;
+        .receiver(profcol_receiver_pprof::PprofReceiverFactory)?
+        .receiver(profcol_receiver_profiling::ProfilingReceiverFactory::new(
+            profcol_receiver_profiling::bpf_source::BpfOpener,
+        ))?;
     r.processor(profcol_processor_batch::BatchFactory)?
         .processor(profcol_processor_memory_limiter::MemoryLimiterFactory)?
         .processor(profcol_processor_resource::ResourceFactory)?;

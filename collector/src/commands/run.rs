@@ -9,11 +9,18 @@ use profcol_core::service::{self, CollectorConfig, ServiceOptions, Status};
 use profcol_core::telemetry::Telemetry;
 use tokio_util::sync::CancellationToken;
 
+/// What `profcol` runs with no `--config`: profile this machine, write pprof files and
+/// flame graphs under ./profiles. The same file is in config/examples/.
+pub const DEFAULT_CONFIG: &str = include_str!("../../../config/examples/default.yaml");
+
 /// `--config` values: a path, `file:PATH`, or `yaml:INLINE` (a snippet merged over the rest,
-/// as otelcol's `--config yaml:...`).
+/// as otelcol's `--config yaml:...`). None at all means the default config.
 pub fn read_sources(configs: &[String]) -> anyhow::Result<Vec<(String, String)>> {
     if configs.is_empty() {
-        bail!("no configuration: give one or more --config FILE (examples in config/examples/)");
+        return Ok(vec![(
+            "default config".to_owned(),
+            DEFAULT_CONFIG.to_owned(),
+        )]);
     }
     configs
         .iter()
@@ -108,6 +115,15 @@ async fn termination() {
 
 pub fn run(configs: &[String], feature_gates: &[String]) -> anyhow::Result<()> {
     let config = load(configs)?;
+    if configs.is_empty() {
+        let out = std::env::var("PROFCOL_OUTPUT").unwrap_or_else(|_| "./profiles".into());
+        eprintln!(
+            "profcol: no --config given, so profiling this machine with the default config.\n  \
+             pprof files:  {out}/pprof/ (go tool pprof FILE)\n  \
+             flame graphs: {out}/flamegraphs/index.html (open in a browser; first after a minute)\n  \
+             stop with Ctrl-C; profcol --help for more"
+        );
+    }
     init_logs(&config.telemetry)?;
     for gate in feature_gates {
         // otelcol needs +service.profilesSupport for profiles pipelines; profcol always has them.

@@ -1,0 +1,89 @@
+//! The sampler behind the receiver: profcol-bpf's perf-event profiler, whose ring buffer
+//! delivers one event per sample and per process start, fork and exit.
+
+use std::time::Duration;
+
+use profcol_bpf::{Event, Profiler, ProfilerConfig, monotonic_to_unix_nanos_offset};
+
+use crate::config::{Config, Filter};
+use crate::receiver::{SampleSource, SourceError, SourceEvent, SourceOpener};
+use crate::{ProcessEvent, RawSample};
+
+/// Opens the eBPF sampler with the receiver's frequency and pid filters (applied in BPF,
+/// before any stack is taken). profcol does not sample itself.
+pub struct BpfOpener;
+
+impl SourceOpener for BpfOpener {
+    fn open(
+        &self,
+        config: &Config,
+        _filter: &Filter,
+    ) -> Result<Box<dyn SampleSource>, SourceError> {
+        let settings = ProfilerConfig {
+            frequency_hz: u64::from(config.samples_per_second),
+            include_pids: config.include.pids.clone(),
+            exclude_pids: config.exclude.pids.clone(),
+            exclude_self: true,
+            ..ProfilerConfig::default()
+        };
+        let profiler = Profiler::start(&settings).map_err(|e| SourceError(e.to_string()))?;
+        tracing::info!(
+            cpus = profiler.cpus().len(),
+            hz = config.samples_per_second,
+            "eBPF profiler attached"
+        );
+        Ok(Box::new(BpfSource {
+            profiler,
+            clock_offset: monotonic_to_unix_nanos_offset(),
+        }))
+    }
+}
+
+struct BpfSource {
+    profiler: Profiler,
+    /// Added to the BPF clock (monotonic) to get wall time.
+    clock_offset: i128,
+}
+
+impl SampleSource for BpfSource {
+    fn poll(
+        &mut self,
+        timeout: Duration,
+        sink: &mut dyn FnMut(SourceEvent),
+    ) -> Result<(), SourceError> {
+        let offset = self.clock_offset;
+        self.profiler
+            .poll(timeout, &mut |event| {
+                let event = match event {
+                    Event::Sample(s) => SourceEvent::Sample(RawSample {
+                        pid: s.pid,
+                        tid: s.tid,
+                        cpu: s.cpu,
+                        comm: s.comm,
+                        cgroup_id: s.cgroup_id,
+                        time_unix_nano: u64::try_from(i128::from(s.time_ns) + offset).unwrap_or(0),
+                        kernel_stack: s.kernel_stack,
+                        user_stack: s.user_stack,
+                        kernel_truncated: s.kernel_truncated,
+                        user_truncated: s.user_truncated,
+                    }),
+                    Event::Exec { pid, .. } => SourceEvent::Process(ProcessEvent::Exec { pid }),
+                    Event::Fork {
+                        parent_pid,
+                        child_pid,
+                    } => SourceEvent::Process(ProcessEvent::Fork {
+                        parent_pid,
+                        child_pid,
+                    }),
+                    Event::Exit { pid } => SourceEvent::Process(ProcessEvent::Exit { pid }),
+                };
+                sink(event);
+            })
+            .map(|_| ())
+            .map_err(|e| SourceError(e.to_string()))
+    }
+
+    fn lost_samples(&self) -> u64 {
+        self.profiler.lost_samples()
+    }
+}

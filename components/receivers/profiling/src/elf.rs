@@ -1,0 +1,463 @@
+//! A small reader of 64-bit little-endian ELF files: program headers, section headers and
+//! notes, read with positioned reads so that a large binary is never loaded whole.
+//!
+//! It gives what process tracking and symbolization need: the GNU build id
+//! (`NT_GNU_BUILD_ID` in `.note.gnu.build-id`), the Go build id, whether the file is a Go
+//! binary, a section's bytes (`.gopclntab`), and file offset → virtual address.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// `PT_LOAD`: a segment mapped into memory.
+const PT_LOAD: u32 = 1;
+/// `PT_NOTE`: a segment of notes.
+const PT_NOTE: u32 = 4;
+/// `SHT_NOTE`: a section of notes (used when no `PT_NOTE` segment is present).
+const SHT_NOTE: u32 = 7;
+/// `SHT_NOBITS`: a section with no bytes in the file (`.bss`).
+const SHT_NOBITS: u32 = 8;
+/// `NT_GNU_BUILD_ID`, under the note name `GNU`.
+pub const NT_GNU_BUILD_ID: u32 = 3;
+/// The Go linker's build id note type, under the note name `Go`.
+pub const NT_GO_BUILD_ID: u32 = 4;
+
+/// Notes larger than this are not read (a build id note is a few dozen bytes).
+const MAX_NOTES_SIZE: u64 = 1 << 20;
+/// Sections larger than this are not read (a big Go binary's `.gopclntab` is tens of MiB).
+const MAX_SECTION_SIZE: u64 = 1 << 30;
+
+#[derive(Debug)]
+pub enum ElfError {
+    Io(io::Error),
+    /// Not an ELF file, or one this reader does not handle (32-bit, big-endian).
+    Unsupported(&'static str),
+    /// An ELF file whose headers point outside of it or contradict each other.
+    Malformed(&'static str),
+}
+
+impl std::fmt::Display for ElfError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ElfError::Io(e) => write!(f, "{e}"),
+            ElfError::Unsupported(what) => write!(f, "unsupported file: {what}"),
+            ElfError::Malformed(what) => write!(f, "malformed ELF: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for ElfError {}
+
+impl From<io::Error> for ElfError {
+    fn from(e: io::Error) -> Self {
+        ElfError::Io(e)
+    }
+}
+
+/// Where the bytes come from: a file (read in pieces) or memory (the vDSO image).
+#[derive(Debug)]
+enum Data {
+    File(File),
+    Bytes(Vec<u8>),
+}
+
+impl Data {
+    fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, ElfError> {
+        let len = usize::try_from(len).map_err(|_| ElfError::Malformed("size overflows"))?;
+        match self {
+            Data::File(f) => {
+                let mut buf = vec![0; len];
+                f.read_exact_at(&mut buf, offset)?;
+                Ok(buf)
+            }
+            Data::Bytes(b) => {
+                let start =
+                    usize::try_from(offset).map_err(|_| ElfError::Malformed("offset overflows"))?;
+                start
+                    .checked_add(len)
+                    .and_then(|end| b.get(start..end))
+                    .map(<[u8]>::to_vec)
+                    .ok_or(ElfError::Malformed("range lies outside the image"))
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramHeader {
+    pub p_type: u32,
+    pub flags: u32,
+    pub offset: u64,
+    pub vaddr: u64,
+    pub filesz: u64,
+    pub memsz: u64,
+    pub align: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionHeader {
+    pub name: String,
+    pub sh_type: u32,
+    pub addr: u64,
+    pub offset: u64,
+    pub size: u64,
+    pub align: u64,
+}
+
+/// One ELF note.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub name: Vec<u8>,
+    pub n_type: u32,
+    pub desc: Vec<u8>,
+}
+
+/// An opened ELF64 LE file with its headers parsed.
+#[derive(Debug)]
+pub struct ElfFile {
+    data: Data,
+    pub e_type: u16,
+    pub machine: u16,
+    pub program_headers: Vec<ProgramHeader>,
+    pub sections: Vec<SectionHeader>,
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    b.get(at..at + 2)
+        .map_or(0, |s| u16::from_le_bytes([s[0], s[1]]))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8).map_or(0, |s| {
+        u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]])
+    })
+}
+
+impl ElfFile {
+    pub fn open(path: &Path) -> Result<Self, ElfError> {
+        // Only regular files: opening a FIFO blocks and a device may act on being read.
+        if !std::fs::metadata(path)?.is_file() {
+            return Err(ElfError::Unsupported("not a regular file"));
+        }
+        Self::parse(Data::File(File::open(path)?))
+    }
+
+    /// An ELF image held in memory (the vDSO read out of a process).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, ElfError> {
+        Self::parse(Data::Bytes(bytes))
+    }
+
+    fn parse(data: Data) -> Result<Self, ElfError> {
+        let header = data
+            .read_at(0, 64)
+            .map_err(|_| ElfError::Unsupported("shorter than an ELF header"))?;
+        if header[..4] != *b"\x7fELF" {
+            return Err(ElfError::Unsupported("not an ELF file"));
+        }
+        if header[4] != 2 {
+            return Err(ElfError::Unsupported("not a 64-bit ELF file"));
+        }
+        if header[5] != 1 {
+            return Err(ElfError::Unsupported("not a little-endian ELF file"));
+        }
+        let e_type = u16_at(&header, 16);
+        let machine = u16_at(&header, 18);
+        let phoff = u64_at(&header, 32);
+        let shoff = u64_at(&header, 40);
+        let phentsize = u64::from(u16_at(&header, 54));
+        let phnum = u64::from(u16_at(&header, 56));
+        let shentsize = u64::from(u16_at(&header, 58));
+        let mut shnum = u64::from(u16_at(&header, 60));
+        let mut shstrndx = u64::from(u16_at(&header, 62));
+
+        let mut program_headers = Vec::new();
+        if phnum > 0 {
+            if phentsize < 56 {
+                return Err(ElfError::Malformed("program header entries too small"));
+            }
+            let table = data.read_at(phoff, phentsize * phnum)?;
+            for i in 0..phnum {
+                let at = usize::try_from(i * phentsize)
+                    .map_err(|_| ElfError::Malformed("program header table too large"))?;
+                program_headers.push(ProgramHeader {
+                    p_type: u32_at(&table, at),
+                    flags: u32_at(&table, at + 4),
+                    offset: u64_at(&table, at + 8),
+                    vaddr: u64_at(&table, at + 16),
+                    filesz: u64_at(&table, at + 32),
+                    memsz: u64_at(&table, at + 40),
+                    align: u64_at(&table, at + 48),
+                });
+            }
+        }
+
+        let mut sections = Vec::new();
+        if shoff != 0 && shentsize >= 64 {
+            // More than 0xff00 sections: the real count and string table index live in
+            // section 0.
+            if shnum == 0 || shstrndx == 0xffff {
+                let first = data.read_at(shoff, 64)?;
+                if shnum == 0 {
+                    shnum = u64_at(&first, 32);
+                }
+                if shstrndx == 0xffff {
+                    shstrndx = u64::from(u32_at(&first, 40));
+                }
+            }
+            if shnum > 1 << 20 {
+                return Err(ElfError::Malformed("too many sections"));
+            }
+            let table = data.read_at(shoff, shentsize * shnum)?;
+            let mut raw = Vec::new();
+            for i in 0..shnum {
+                let at = usize::try_from(i * shentsize)
+                    .map_err(|_| ElfError::Malformed("section header table too large"))?;
+                raw.push((
+                    u32_at(&table, at),
+                    SectionHeader {
+                        name: String::new(),
+                        sh_type: u32_at(&table, at + 4),
+                        addr: u64_at(&table, at + 16),
+                        offset: u64_at(&table, at + 24),
+                        size: u64_at(&table, at + 32),
+                        align: u64_at(&table, at + 48),
+                    },
+                ));
+            }
+            let names = usize::try_from(shstrndx)
+                .ok()
+                .and_then(|i| raw.get(i))
+                .filter(|(_, s)| s.size <= MAX_NOTES_SIZE)
+                .map(|(_, s)| data.read_at(s.offset, s.size))
+                .transpose()?
+                .unwrap_or_default();
+            for (name_off, mut s) in raw {
+                s.name = usize::try_from(name_off)
+                    .ok()
+                    .and_then(|o| names.get(o..))
+                    .map(|rest| {
+                        let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+                        String::from_utf8_lossy(&rest[..end]).into_owned()
+                    })
+                    .unwrap_or_default();
+                sections.push(s);
+            }
+        }
+
+        Ok(ElfFile {
+            data,
+            e_type,
+            machine,
+            program_headers,
+            sections,
+        })
+    }
+
+    pub fn section(&self, name: &str) -> Option<&SectionHeader> {
+        self.sections.iter().find(|s| s.name == name)
+    }
+
+    /// The bytes of a section as stored in the file.
+    pub fn section_data(&self, section: &SectionHeader) -> Result<Vec<u8>, ElfError> {
+        if section.sh_type == SHT_NOBITS {
+            return Ok(Vec::new());
+        }
+        if section.size > MAX_SECTION_SIZE {
+            return Err(ElfError::Unsupported("section too large"));
+        }
+        self.data.read_at(section.offset, section.size)
+    }
+
+    /// Every note, from the `PT_NOTE` segments, or from `SHT_NOTE` sections when the file
+    /// has no note segment (as a separate debug file may not).
+    pub fn notes(&self) -> Vec<Note> {
+        let mut notes = Vec::new();
+        let segments: Vec<(u64, u64, u64)> = self
+            .program_headers
+            .iter()
+            .filter(|p| p.p_type == PT_NOTE)
+            .map(|p| (p.offset, p.filesz, p.align))
+            .collect();
+        let areas = if segments.is_empty() {
+            self.sections
+                .iter()
+                .filter(|s| s.sh_type == SHT_NOTE)
+                .map(|s| (s.offset, s.size, s.align))
+                .collect()
+        } else {
+            segments
+        };
+        for (offset, size, align) in areas {
+            if size == 0 || size > MAX_NOTES_SIZE {
+                continue;
+            }
+            if let Ok(bytes) = self.data.read_at(offset, size) {
+                parse_notes(&bytes, if align == 8 { 8 } else { 4 }, &mut notes);
+            }
+        }
+        notes
+    }
+
+    /// The GNU build id (`NT_GNU_BUILD_ID`, usually 20 bytes of SHA-1).
+    pub fn gnu_build_id(&self) -> Option<Vec<u8>> {
+        gnu_build_id(&self.notes())
+    }
+
+    /// The Go build id note (`NT_GO_BUILD_ID` under `Go`), as text.
+    pub fn go_build_id(&self) -> Option<String> {
+        self.notes()
+            .into_iter()
+            .find(|n| n.name == b"Go" && n.n_type == NT_GO_BUILD_ID)
+            .map(|n| String::from_utf8_lossy(&n.desc).into_owned())
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The section holding Go's function table, if this is a Go binary.
+    pub fn gopclntab(&self) -> Option<&SectionHeader> {
+        self.section(".gopclntab")
+            .or_else(|| self.section(".data.rel.ro.gopclntab"))
+    }
+
+    /// The virtual address that a file offset is loaded at, from the `PT_LOAD` segment
+    /// holding it.
+    pub fn file_offset_to_vaddr(&self, offset: u64) -> Option<u64> {
+        file_offset_to_vaddr(&self.program_headers, offset)
+    }
+
+    /// The file offset that a virtual address is loaded from.
+    pub fn vaddr_to_file_offset(&self, vaddr: u64) -> Option<u64> {
+        self.program_headers
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .find(|p| vaddr >= p.vaddr && vaddr - p.vaddr < p.filesz)
+            .map(|p| vaddr - p.vaddr + p.offset)
+    }
+}
+
+/// The virtual address that a file offset is loaded at, from the `PT_LOAD` segment
+/// holding it.
+pub fn file_offset_to_vaddr(program_headers: &[ProgramHeader], offset: u64) -> Option<u64> {
+    program_headers
+        .iter()
+        .filter(|p| p.p_type == PT_LOAD)
+        .find(|p| offset >= p.offset && offset - p.offset < p.filesz)
+        .map(|p| offset - p.offset + p.vaddr)
+}
+
+/// The GNU build id among `notes`.
+pub fn gnu_build_id(notes: &[Note]) -> Option<Vec<u8>> {
+    notes
+        .iter()
+        .find(|n| n.name == b"GNU" && n.n_type == NT_GNU_BUILD_ID && !n.desc.is_empty())
+        .map(|n| n.desc.clone())
+}
+
+/// Parses a run of notes (`/sys/kernel/notes` is one, with no ELF around it). Names are
+/// given without their terminating NUL.
+pub fn parse_notes(bytes: &[u8], align: usize, out: &mut Vec<Note>) {
+    let pad = |n: usize| n.div_ceil(align) * align;
+    let mut at = 0usize;
+    while at + 12 <= bytes.len() {
+        let namesz = u32_at(bytes, at) as usize;
+        let descsz = u32_at(bytes, at + 4) as usize;
+        let n_type = u32_at(bytes, at + 8);
+        let name_start = at + 12;
+        let Some(desc_start) = name_start.checked_add(pad(namesz)) else {
+            return;
+        };
+        let Some(desc_end) = desc_start.checked_add(descsz) else {
+            return;
+        };
+        let (Some(name), Some(desc)) = (
+            bytes.get(name_start..name_start + namesz),
+            bytes.get(desc_start..desc_end),
+        ) else {
+            return;
+        };
+        let name_len = name.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+        let name = &name[..name_len];
+        out.push(Note {
+            name: name.to_vec(),
+            n_type,
+            desc: desc.to_vec(),
+        });
+        at = desc_start + pad(descsz);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_test_binary_has_a_20_byte_gnu_build_id() {
+        let exe = std::env::current_exe().expect("current exe");
+        let elf = ElfFile::open(&exe).expect("our own executable is ELF64 LE");
+        assert!(!elf.program_headers.is_empty());
+        assert!(elf.section(".text").is_some(), "sections are named");
+        // Rust on Linux links with --build-id by default (gcc/clang driver default).
+        let id = elf.gnu_build_id().expect("build id note");
+        assert_eq!(id.len(), 20, "SHA-1 build id");
+        assert!(elf.gopclntab().is_none());
+    }
+
+    #[test]
+    fn file_offsets_and_addresses_convert_through_load_segments() {
+        let exe = std::env::current_exe().expect("current exe");
+        let elf = ElfFile::open(&exe).expect("elf");
+        let text = elf.section(".text").expect(".text");
+        let vaddr = elf
+            .file_offset_to_vaddr(text.offset)
+            .expect("text is loaded");
+        assert_eq!(vaddr, text.addr);
+        assert_eq!(elf.vaddr_to_file_offset(text.addr), Some(text.offset));
+    }
+
+    #[test]
+    fn notes_parse_with_padding_and_stop_at_truncation() {
+        // The layout of /sys/kernel/notes: a GNU build id, then a note named "Linux".
+        let mut bytes = Vec::new();
+        for (name, t, desc) in [
+            (&b"GNU\0"[..], 3u32, vec![0xab; 20]),
+            (&b"Linux\0"[..], 6u32, vec![1, 2, 3]),
+        ] {
+            bytes.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&t.to_le_bytes());
+            bytes.extend_from_slice(name);
+            bytes.resize(bytes.len().div_ceil(4) * 4, 0);
+            bytes.extend_from_slice(&desc);
+            bytes.resize(bytes.len().div_ceil(4) * 4, 0);
+        }
+        let mut notes = Vec::new();
+        parse_notes(&bytes, 4, &mut notes);
+        assert_eq!(notes.len(), 2);
+        assert_eq!(notes[1].name, b"Linux");
+        assert_eq!(notes[1].desc, vec![1, 2, 3]);
+        assert_eq!(gnu_build_id(&notes), Some(vec![0xab; 20]));
+        let mut cut = Vec::new();
+        parse_notes(&bytes[..30], 4, &mut cut);
+        assert!(cut.is_empty(), "a note cut short is not returned");
+    }
+
+    #[test]
+    fn non_elf_input_is_refused() {
+        assert!(matches!(
+            ElfFile::from_bytes(b"#!/bin/sh\n".repeat(10)),
+            Err(ElfError::Unsupported(_))
+        ));
+        let mut header = vec![0u8; 64];
+        header[..4].copy_from_slice(b"\x7fELF");
+        header[4] = 1; // 32-bit
+        assert!(matches!(
+            ElfFile::from_bytes(header),
+            Err(ElfError::Unsupported("not a 64-bit ELF file"))
+        ));
+    }
+}

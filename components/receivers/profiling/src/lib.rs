@@ -1,0 +1,390 @@
+//! `profiling` receiver, user side: raw eBPF CPU samples in, OTLP profiles out.
+//!
+//! The BPF sampler (another crate) hands over [`RawSample`]s and [`ProcessEvent`]s; the
+//! [`Engine`] tracks processes ([`process`]), resolves user addresses to (mapping, file
+//! offset), symbolizes on the host ([`symbolize`]: kallsyms, ELF/DWARF through blazesym,
+//! Go's `.gopclntab`) and builds one [`ProfileBatch`] per flush ([`model`]) in the shape
+//! the OpenTelemetry eBPF profiler emits.
+//!
+//! The engine does no threading of its own besides the symbolizer's: the receiver around
+//! it calls [`Engine::on_sample`] / [`Engine::on_process_event`] as events come and
+//! [`Engine::flush`] every `reporter_interval`. It is `Send`, so it can move to the
+//! thread that polls the sampler.
+
+pub mod bpf_source;
+pub mod config;
+pub mod elf;
+pub mod gopclntab;
+pub mod model;
+pub mod process;
+pub mod receiver;
+pub mod symbolize;
+#[cfg(test)]
+mod testutil;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use profcol_core::pdata::ProfileBatch;
+
+pub use config::{Config, Filter, NamePattern, ProcessSelector};
+pub use model::{BatchMeta, Frame, ProfileBuilder, SCOPE_NAME, Symbols};
+pub use process::{ProcFs, Process, ProcessTable};
+pub use receiver::{
+    ProfilingReceiverFactory, SampleSource, SourceError, SourceEvent, SourceOpener,
+};
+pub use symbolize::{FrameType, Symbolizer, SymbolizerOptions};
+
+/// One sample from the BPF sampler.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawSample {
+    /// Thread group id (the process).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    pub cpu: u32,
+    /// The thread's name (`comm`).
+    pub comm: String,
+    /// Not used: the container comes from `/proc/<pid>/cgroup`.
+    pub cgroup_id: u64,
+    /// Wall-clock time of the sample (unix ns; the sampler converts from boot time). 0
+    /// means "now".
+    pub time_unix_nano: u64,
+    /// Kernel return addresses, leaf first (empty when the sample hit user space).
+    pub kernel_stack: Vec<u64>,
+    /// User return addresses, leaf first.
+    pub user_stack: Vec<u64>,
+    /// Whether the sampler cut the kernel stack short.
+    pub kernel_truncated: bool,
+    /// Whether the sampler cut the user stack short.
+    pub user_truncated: bool,
+}
+
+/// A process lifecycle event from the sampler (pids are thread-group ids).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessEvent {
+    Exec { pid: u32 },
+    Fork { parent_pid: u32, child_pid: u32 },
+    Exit { pid: u32 },
+}
+
+/// Wall-clock time, replaceable in tests.
+pub trait Clock: Send + Sync + 'static {
+    fn now_unix_nano(&self) -> u64;
+}
+
+/// The system's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_unix_nano(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+}
+
+/// What the engine needs from the host.
+#[derive(Clone)]
+pub struct Environment {
+    /// `host.name` on every resource; `None` leaves it out.
+    pub host_name: Option<String>,
+    pub procfs: ProcFs,
+    /// Kernel symbols.
+    pub kallsyms: PathBuf,
+    /// The running kernel's notes (its GNU build id).
+    pub kernel_notes: PathBuf,
+    pub clock: Arc<dyn Clock>,
+    /// Whether [`Engine::new`] reads every process in `/proc` (else processes are read as
+    /// their events or samples come).
+    pub scan_at_start: bool,
+    /// The scope version (`profcol/profiling` + this).
+    pub scope_version: String,
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Environment")
+            .field("host_name", &self.host_name)
+            .field("procfs", &self.procfs)
+            .field("kallsyms", &self.kallsyms)
+            .field("kernel_notes", &self.kernel_notes)
+            .field("scan_at_start", &self.scan_at_start)
+            .field("scope_version", &self.scope_version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Environment {
+    /// This host: `/proc`, `/proc/kallsyms`, `/sys/kernel/notes`, the system clock and the
+    /// host name from `/proc/sys/kernel/hostname`.
+    pub fn host() -> Self {
+        let procfs = ProcFs::default();
+        Environment {
+            host_name: read_host_name(&procfs),
+            kallsyms: procfs.root().join("kallsyms"),
+            procfs,
+            kernel_notes: PathBuf::from("/sys/kernel/notes"),
+            clock: Arc::new(SystemClock),
+            scan_at_start: true,
+            scope_version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+}
+
+/// `/proc/sys/kernel/hostname`, trimmed; `None` when unreadable or empty.
+pub fn read_host_name(procfs: &ProcFs) -> Option<String> {
+    std::fs::read_to_string(procfs.root().join("sys/kernel/hostname"))
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// The kernel's GNU build id (hex) from its notes file.
+pub fn read_kernel_build_id(notes: &std::path::Path) -> Option<String> {
+    let bytes = std::fs::read(notes).ok()?;
+    let mut parsed = Vec::new();
+    elf::parse_notes(&bytes, 4, &mut parsed);
+    elf::gnu_build_id(&parsed).map(hex::encode)
+}
+
+/// Counters since the engine started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Every sample handed to [`Engine::on_sample`].
+    pub samples_received: u64,
+    /// Samples dropped because the filter refused their process.
+    pub samples_filtered: u64,
+    /// Locations emitted without a function name, summed over batches (a location is
+    /// counted once per batch however many samples use it).
+    pub frames_unsymbolized: u64,
+    /// Processes in the table now (including exited ones in their grace period).
+    pub processes_tracked: usize,
+    /// Batches returned by [`Engine::flush`].
+    pub batches: u64,
+}
+
+/// Turns samples and process events into batches. See the crate docs.
+pub struct Engine {
+    config: Config,
+    env: Environment,
+    table: ProcessTable,
+    builder: ProfileBuilder,
+    symbolizer: Option<Symbolizer>,
+    meta: BatchMeta,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .field("env", &self.env)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// An engine for a (validated) config. Reads every process in `/proc` when
+    /// `env.scan_at_start`, and starts the symbolizer thread when `symbolize` is on.
+    pub fn new(config: Config, env: Environment) -> Self {
+        let now = env.clock.now_unix_nano();
+        let filter = Filter::new(&config);
+        let mut table = ProcessTable::new(env.procfs.clone(), config.process_grace_period, filter);
+        if env.scan_at_start {
+            let n = table.scan(now);
+            tracing::debug!(processes = n, "read /proc");
+        }
+        let symbolizer = config.symbolize.then(|| {
+            Symbolizer::new(SymbolizerOptions {
+                kallsyms: env.kallsyms.clone(),
+                ..SymbolizerOptions::default()
+            })
+        });
+        let meta = BatchMeta {
+            host_name: env.host_name.clone(),
+            scope_version: env.scope_version.clone(),
+            period_nanos: config.period_nanos(),
+            kernel_build_id: read_kernel_build_id(&env.kernel_notes),
+        };
+        Engine {
+            config,
+            env,
+            table,
+            builder: ProfileBuilder::new(now),
+            symbolizer,
+            meta,
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The process filter, for the sampler to apply its pid part in BPF
+    /// ([`Filter::allows_pid`]).
+    pub fn filter(&self) -> Filter {
+        Filter::new(&self.config)
+    }
+
+    pub fn processes(&self) -> &ProcessTable {
+        &self.table
+    }
+
+    pub fn on_process_event(&mut self, event: ProcessEvent) {
+        let now = self.env.clock.now_unix_nano();
+        self.table.on_event(&event, now);
+    }
+
+    /// Records one sample: resolves its process (reading `/proc/<pid>` if the pid is new),
+    /// drops it if the filter refuses the process, and turns its addresses into frames.
+    pub fn on_sample(&mut self, sample: RawSample) {
+        self.stats.samples_received += 1;
+        let now = self.env.clock.now_unix_nano();
+        let max = self
+            .config
+            .max_stack_depth
+            .clamp(1, config::MAX_STACK_DEPTH) as usize;
+        let pid = sample.pid;
+        let process = self.table.get_or_load(pid, now);
+        if !process.allowed {
+            self.stats.samples_filtered += 1;
+            return;
+        }
+        let user = &sample.user_stack[..sample.user_stack.len().min(max)];
+        // An address outside every mapping: a library loaded since maps were read.
+        if process.loaded
+            && user
+                .iter()
+                .enumerate()
+                .any(|(i, &a)| process.find_mapping(caller_address(i, a)).is_none())
+        {
+            self.table.refresh_maps(pid, now);
+        }
+        let Some(process) = self.table.get(pid) else {
+            return;
+        };
+        let mut frames = Vec::with_capacity(sample.kernel_stack.len().min(max) + user.len() + 2);
+        for (i, &addr) in sample.kernel_stack.iter().take(max).enumerate() {
+            frames.push(Frame::Kernel {
+                addr: caller_address(i, addr),
+            });
+        }
+        if sample.kernel_truncated || sample.kernel_stack.len() > max {
+            frames.push(Frame::Truncated);
+        }
+        for (i, &addr) in user.iter().enumerate() {
+            let addr = caller_address(i, addr);
+            frames.push(match process.find_mapping(addr) {
+                Some(m) => Frame::User {
+                    mapping: self.builder.mapping(pid, m),
+                    address: m.file_offset(addr),
+                },
+                None => Frame::Unmapped { addr },
+            });
+        }
+        if sample.user_truncated || sample.user_stack.len() > max {
+            frames.push(Frame::Truncated);
+        }
+        let resource = self.builder.resource(model::ResourceInfo::of(process));
+        // A sampler that gives no time gets the time the sample was read.
+        let time = if sample.time_unix_nano == 0 {
+            now
+        } else {
+            sample.time_unix_nano
+        };
+        self.builder
+            .add(resource, frames, sample.tid, &sample.comm, sample.cpu, time);
+    }
+
+    /// The samples since the last flush as one batch (`None` when there were none), after
+    /// dropping processes whose grace period is over. The next window starts now.
+    ///
+    /// Symbolizing runs here: the first flush that meets a large binary with DWARF may
+    /// take a while, so call it where a pause does not lose samples.
+    pub fn flush(&mut self) -> Option<ProfileBatch> {
+        let now = self.env.clock.now_unix_nano();
+        self.table.expire(now);
+        let builder = std::mem::replace(&mut self.builder, ProfileBuilder::new(now));
+        if builder.is_empty() {
+            return None;
+        }
+        let symbols = match &self.symbolizer {
+            Some(s) => self.symbolize(s, &builder),
+            None => Symbols::default(),
+        };
+        let (batch, unsymbolized) = builder.finish(&symbols, &self.meta, now);
+        self.stats.frames_unsymbolized += unsymbolized;
+        self.stats.batches += 1;
+        Some(batch)
+    }
+
+    fn symbolize(&self, symbolizer: &Symbolizer, builder: &ProfileBuilder) -> Symbols {
+        let mut symbols = Symbols::default();
+        let kernel = builder.kernel_addrs();
+        if !kernel.is_empty() {
+            let found = symbolizer.symbolize_kernel(kernel.clone());
+            for (addr, r) in kernel.into_iter().zip(found) {
+                if let Some(r) = r {
+                    symbols.kernel.insert(addr, r);
+                }
+            }
+        }
+        // One request per mapping, in mapping order.
+        let mut by_mapping: HashMap<model::MappingId, Vec<u64>> = HashMap::new();
+        for (mapping, address) in builder.user_frames() {
+            by_mapping.entry(mapping).or_default().push(address);
+        }
+        let mut ids: Vec<model::MappingId> = by_mapping.keys().copied().collect();
+        ids.sort_unstable();
+        let requests: Vec<symbolize::FileRequest> = ids
+            .iter()
+            .map(|id| {
+                let record = builder.mapping_record(*id);
+                let m = &record.mapping;
+                symbolize::FileRequest {
+                    kind: m.kind,
+                    file: m.file.clone(),
+                    paths: m.read_paths(self.table.procfs(), record.pid),
+                    host_path: (!m.deleted && m.path.starts_with('/'))
+                        .then(|| PathBuf::from(&m.path)),
+                    offsets: by_mapping[id].clone(),
+                }
+            })
+            .collect();
+        let answers = symbolizer.symbolize_files(requests);
+        for (id, found) in ids.iter().zip(answers) {
+            for (address, r) in by_mapping[id].iter().zip(found) {
+                if let Some(r) = r {
+                    symbols.user.insert((*id, *address), r);
+                }
+            }
+        }
+        symbols
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            processes_tracked: self.table.len(),
+            ..self.stats
+        }
+    }
+}
+
+/// Frames past the leaf are return addresses, which point after the call; one byte back
+/// lies inside the call instruction, so the frame names the calling line.
+fn caller_address(index: usize, addr: u64) -> u64 {
+    if index == 0 {
+        addr
+    } else {
+        addr.saturating_sub(1)
+    }
+}
+
+#[cfg(test)]
+mod tests;

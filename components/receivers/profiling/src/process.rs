@@ -1,0 +1,1025 @@
+//! Process tracking: which executable files each process has mapped where, so that a user
+//! space address can be turned into (mapping, file offset), plus the process's identity
+//! (executable, container).
+//!
+//! The [`ProcessTable`] is filled by a scan of `/proc` at start and kept up to date by
+//! [`ProcessEvent`]s; a sample from an unknown pid reads `/proc/<pid>` on the spot, so
+//! short-lived processes started between events still resolve. An exited process is kept
+//! for a grace period, for samples that arrive after its exit. Build ids are read once per
+//! file (keyed by device and inode), however many processes map it.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ProcessEvent;
+use crate::config::Filter;
+use crate::elf::ElfFile;
+
+/// A process whose address misses every mapping gets its maps read again, at most this
+/// often (dlopen, JIT).
+pub const MAPS_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// Above this many cached files, files no tracked process maps any more are dropped.
+const FILE_CACHE_SOFT_LIMIT: usize = 16_384;
+
+/// Where `/proc` is (a test points it at a tree of its own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcFs {
+    root: PathBuf,
+}
+
+impl Default for ProcFs {
+    fn default() -> Self {
+        ProcFs::new("/proc")
+    }
+}
+
+impl ProcFs {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        ProcFs { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn pid_path(&self, pid: u32, name: &str) -> PathBuf {
+        self.root.join(pid.to_string()).join(name)
+    }
+
+    /// Every numeric entry of `/proc`.
+    pub fn pids(&self) -> Vec<u32> {
+        let Ok(dir) = fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        let mut pids: Vec<u32> = dir
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        pids.sort_unstable();
+        pids
+    }
+
+    /// `/proc/<pid>/stat` field 22: start time in clock ticks since boot. Together with the
+    /// pid it names one process, across pid reuse.
+    pub fn start_time(&self, pid: u32) -> Option<u64> {
+        let stat = fs::read_to_string(self.pid_path(pid, "stat")).ok()?;
+        parse_stat_start_time(&stat)
+    }
+}
+
+/// Field 22 of `/proc/<pid>/stat`. The command name (field 2) may hold spaces and
+/// parentheses, so fields are counted after its last `)`.
+pub fn parse_stat_start_time(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The access rights of a mapping (`r-xp`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Perms {
+    pub read: bool,
+    pub write: bool,
+    pub exec: bool,
+    pub shared: bool,
+}
+
+/// What a mapping maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapsPath {
+    /// A file; `deleted` when maps shows it as `(deleted)` (replaced since it was mapped).
+    File { path: String, deleted: bool },
+    /// The kernel's vDSO image.
+    Vdso,
+    /// No name: heap-like memory, or JIT code.
+    Anonymous,
+    /// Another bracketed name (`[vsyscall]`, `[stack]`, `[heap]`).
+    Pseudo(String),
+}
+
+/// One line of `/proc/<pid>/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapsEntry {
+    pub start: u64,
+    pub end: u64,
+    pub perms: Perms,
+    pub offset: u64,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+    pub path: MapsPath,
+}
+
+/// Parses `start-end perms offset major:minor inode [path]`. The path is everything after
+/// the inode's trailing spaces, so a path with spaces survives.
+pub fn parse_maps_line(line: &str) -> Option<MapsEntry> {
+    let mut rest = line;
+    let mut field = || {
+        let r = rest.trim_start();
+        let end = r.find(' ').unwrap_or(r.len());
+        let (f, tail) = r.split_at(end);
+        rest = tail;
+        f
+    };
+    let (start, end) = field().split_once('-')?;
+    let perms = field().as_bytes();
+    let offset = field();
+    let (major, minor) = field().split_once(':')?;
+    let inode = field();
+    let path = rest.trim_start();
+    if perms.len() < 4 {
+        return None;
+    }
+    let path = if path.is_empty() {
+        MapsPath::Anonymous
+    } else if path == "[vdso]" {
+        MapsPath::Vdso
+    } else if path.starts_with('[') {
+        MapsPath::Pseudo(path.to_owned())
+    } else {
+        match path.strip_suffix(" (deleted)") {
+            Some(p) => MapsPath::File {
+                path: p.to_owned(),
+                deleted: true,
+            },
+            None => MapsPath::File {
+                path: path.to_owned(),
+                deleted: false,
+            },
+        }
+    };
+    Some(MapsEntry {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        perms: Perms {
+            read: perms[0] == b'r',
+            write: perms[1] == b'w',
+            exec: perms[2] == b'x',
+            shared: perms[3] == b's',
+        },
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        dev_major: u32::from_str_radix(major, 16).ok()?,
+        dev_minor: u32::from_str_radix(minor, 16).ok()?,
+        inode: inode.parse().ok()?,
+        path,
+    })
+}
+
+pub fn parse_maps(text: &str) -> Vec<MapsEntry> {
+    text.lines().filter_map(parse_maps_line).collect()
+}
+
+/// The container a process runs in, from `/proc/<pid>/cgroup` (v1 or v2): the innermost
+/// path component that names a container of containerd (`cri-containerd-<id>.scope`, or a
+/// bare `<id>` under `/kubepods/...`), CRI-O (`crio-<id>.scope`), Docker
+/// (`docker-<id>.scope`, `/docker/<id>`) or Podman (`libpod-<id>.scope`). The id is the
+/// bare 64-hex id, with no runtime prefix, so that `k8sattributes` can match it.
+pub fn container_id_from_cgroup(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let path = line.splitn(3, ':').nth(2)?;
+        path.rsplit('/').find_map(container_id_from_component)
+    })
+}
+
+fn container_id_from_component(component: &str) -> Option<String> {
+    let c = component.strip_suffix(".scope").unwrap_or(component);
+    // CRI-O's monitor process sits beside the container, not in it.
+    if c.starts_with("crio-conmon-") {
+        return None;
+    }
+    let id = [
+        "cri-containerd-",
+        "crio-",
+        "docker-",
+        "libpod-",
+        "containerd-",
+    ]
+    .iter()
+    .find_map(|prefix| c.strip_prefix(prefix))
+    .unwrap_or(c);
+    let is_id = id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    is_id.then(|| id.to_owned())
+}
+
+/// Glibc's `makedev`: the `st_dev` of a file on device `major:minor`.
+pub fn makedev(major: u32, minor: u32) -> u64 {
+    let (major, minor) = (u64::from(major), u64::from(minor));
+    ((major & 0xffff_f000) << 32)
+        | ((major & 0x0fff) << 8)
+        | ((minor & 0xffff_ff00) << 12)
+        | (minor & 0xff)
+}
+
+/// How a file is recognised across processes: by device and inode, or by path when it has
+/// no inode.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FileKey {
+    Inode { dev: u64, inode: u64 },
+    Path(String),
+}
+
+/// What is known about one mapped file, read once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecutableFile {
+    pub key: FileKey,
+    /// Whether the file could be opened at all (a file that could not is read again when
+    /// another process maps it).
+    pub readable: bool,
+    /// Whether the file could be read as ELF64 LE.
+    pub is_elf: bool,
+    pub build_id_gnu: Option<Vec<u8>>,
+    pub build_id_go: Option<String>,
+    /// Whether it holds Go's function table (`.gopclntab`).
+    pub is_go: bool,
+}
+
+impl ExecutableFile {
+    pub fn build_id_gnu_hex(&self) -> Option<String> {
+        self.build_id_gnu.as_deref().map(hex::encode)
+    }
+
+    /// Reads the ids of the first of `paths` that opens.
+    pub fn read(key: FileKey, paths: &[PathBuf]) -> Self {
+        let mut readable = false;
+        for path in paths {
+            match ElfFile::open(path) {
+                Ok(elf) => {
+                    return ExecutableFile {
+                        key,
+                        readable: true,
+                        is_elf: true,
+                        build_id_gnu: elf.gnu_build_id(),
+                        build_id_go: elf.go_build_id(),
+                        is_go: elf.gopclntab().is_some(),
+                    };
+                }
+                Err(crate::elf::ElfError::Io(_)) => continue,
+                // Opened, but not ELF64 LE: another path would give the same file.
+                Err(_) => {
+                    readable = true;
+                    break;
+                }
+            }
+        }
+        ExecutableFile {
+            key,
+            readable,
+            is_elf: false,
+            build_id_gnu: None,
+            build_id_go: None,
+            is_go: false,
+        }
+    }
+}
+
+/// What one mapping maps, for symbolization and the OTLP mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MappingKind {
+    File,
+    Vdso,
+    /// Anonymous executable memory (JIT code): addresses are kept absolute.
+    Anonymous,
+    /// Another pseudo mapping (`[vsyscall]`).
+    Pseudo,
+}
+
+/// One executable mapping of a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub offset: u64,
+    pub kind: MappingKind,
+    /// The path as the process sees it (in its mount namespace), `[vdso]`, or `[anon]`.
+    pub path: String,
+    pub deleted: bool,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub inode: u64,
+    pub file: Option<Arc<ExecutableFile>>,
+}
+
+impl Mapping {
+    pub fn contains(&self, addr: u64) -> bool {
+        self.start <= addr && addr < self.end
+    }
+
+    /// The address relative to the file: `addr - start + offset`, what backends symbolize
+    /// with. Anonymous memory has no file; its addresses stay absolute.
+    pub fn file_offset(&self, addr: u64) -> u64 {
+        match self.kind {
+            MappingKind::Anonymous | MappingKind::Pseudo => addr,
+            MappingKind::File | MappingKind::Vdso => {
+                addr.wrapping_sub(self.start).wrapping_add(self.offset)
+            }
+        }
+    }
+
+    /// Paths through which this mapping's file can be opened from this process, best
+    /// first: `/proc/<pid>/map_files/<range>` (the very file mapped, even deleted or in
+    /// another mount namespace; needs root), then the path under `/proc/<pid>/root`.
+    pub fn read_paths(&self, procfs: &ProcFs, pid: u32) -> Vec<PathBuf> {
+        if self.kind != MappingKind::File {
+            return Vec::new();
+        }
+        let mut paths =
+            vec![procfs.pid_path(pid, &format!("map_files/{:x}-{:x}", self.start, self.end))];
+        if !self.deleted {
+            let relative = self.path.trim_start_matches('/');
+            paths.push(procfs.pid_path(pid, "root").join(relative));
+        }
+        paths
+    }
+}
+
+/// One tracked process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    /// `/proc/<pid>/comm`: the main thread's name.
+    pub comm: String,
+    /// The target of `/proc/<pid>/exe`, as the process sees it.
+    pub exe_path: Option<String>,
+    pub container_id: Option<String>,
+    /// Executable mappings, sorted by start address.
+    pub mappings: Vec<Arc<Mapping>>,
+    /// Whether `/proc/<pid>` could be read. A pid that could not is remembered (so that its
+    /// samples do not read `/proc` again and again) but resolves no address.
+    pub loaded: bool,
+    /// Whether the filter lets its samples through (maps are not read when it does not).
+    pub allowed: bool,
+    /// When its exit was seen (unix ns); it is dropped a grace period later.
+    pub exited_at: Option<u64>,
+    /// `/proc/<pid>/stat` start time, to tell a reused pid from the process we knew.
+    pub start_time: Option<u64>,
+    maps_read_at: u64,
+}
+
+impl Process {
+    /// An entry for a pid nothing is known about.
+    pub fn unknown(pid: u32) -> Self {
+        Process {
+            pid,
+            comm: String::new(),
+            exe_path: None,
+            container_id: None,
+            mappings: Vec::new(),
+            loaded: false,
+            allowed: true,
+            exited_at: None,
+            start_time: None,
+            maps_read_at: 0,
+        }
+    }
+
+    /// `process.executable.name`: the base name of the executable, or for a process with
+    /// no readable executable (a kernel thread) its `comm`.
+    pub fn executable_name(&self) -> Option<&str> {
+        match &self.exe_path {
+            Some(p) => p.rsplit('/').next().filter(|s| !s.is_empty()),
+            None => Some(self.comm.as_str()).filter(|s| !s.is_empty()),
+        }
+    }
+
+    /// The mapping holding `addr`.
+    pub fn find_mapping(&self, addr: u64) -> Option<&Arc<Mapping>> {
+        let i = self.mappings.partition_point(|m| m.start <= addr);
+        i.checked_sub(1)
+            .map(|i| &self.mappings[i])
+            .filter(|m| m.contains(addr))
+    }
+}
+
+/// Files read once, shared by every process that maps them.
+#[derive(Debug, Default)]
+pub struct FileCache {
+    files: HashMap<FileKey, Arc<ExecutableFile>>,
+}
+
+impl FileCache {
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    pub fn get_or_read(&mut self, key: FileKey, paths: &[PathBuf]) -> Arc<ExecutableFile> {
+        if let Some(f) = self.files.get(&key).filter(|f| f.readable) {
+            return f.clone();
+        }
+        let file = Arc::new(ExecutableFile::read(key.clone(), paths));
+        self.files.insert(key, file.clone());
+        file
+    }
+
+    /// Drops files that nothing else holds, once the cache has grown large.
+    pub fn prune(&mut self) {
+        if self.files.len() > FILE_CACHE_SOFT_LIMIT {
+            self.files.retain(|_, f| Arc::strong_count(f) > 1);
+        }
+    }
+}
+
+/// Every process the receiver knows of.
+#[derive(Debug)]
+pub struct ProcessTable {
+    procfs: ProcFs,
+    files: FileCache,
+    processes: HashMap<u32, Process>,
+    grace_ns: u64,
+    filter: Filter,
+}
+
+impl ProcessTable {
+    pub fn new(procfs: ProcFs, grace: Duration, filter: Filter) -> Self {
+        ProcessTable {
+            procfs,
+            files: FileCache::default(),
+            processes: HashMap::new(),
+            grace_ns: u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX),
+            filter,
+        }
+    }
+
+    pub fn procfs(&self) -> &ProcFs {
+        &self.procfs
+    }
+
+    pub fn len(&self) -> usize {
+        self.processes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.processes.is_empty()
+    }
+
+    pub fn files_cached(&self) -> usize {
+        self.files.len()
+    }
+
+    pub fn get(&self, pid: u32) -> Option<&Process> {
+        self.processes.get(&pid)
+    }
+
+    /// Reads every process in `/proc`. Returns how many could be read.
+    pub fn scan(&mut self, now: u64) -> usize {
+        let mut read = 0;
+        for pid in self.procfs.pids() {
+            if self.load(pid, now).loaded {
+                read += 1;
+            }
+        }
+        read
+    }
+
+    /// Reads `/proc/<pid>` (again), replacing what was known about the pid.
+    pub fn load(&mut self, pid: u32, now: u64) -> &Process {
+        let process = if pid == 0 {
+            idle_process()
+        } else {
+            self.read_process(pid, now)
+        };
+        self.processes.insert(pid, process);
+        &self.processes[&pid]
+    }
+
+    /// The process, read from `/proc` when it is not known yet (a process started since the
+    /// scan whose exec event has not come, or was lost). A pid that cannot be read is
+    /// remembered as exited, so that its other samples do not read `/proc` again.
+    pub fn get_or_load(&mut self, pid: u32, now: u64) -> &Process {
+        if !self.processes.contains_key(&pid) {
+            self.load(pid, now);
+        }
+        &self.processes[&pid]
+    }
+
+    pub fn on_event(&mut self, event: &ProcessEvent, now: u64) {
+        match *event {
+            ProcessEvent::Exec { pid } => {
+                self.load(pid, now);
+            }
+            ProcessEvent::Fork {
+                parent_pid,
+                child_pid,
+            } => {
+                // Right after fork the child has the parent's image; reading /proc would
+                // give the same, if the child still lives by the time the event is read.
+                match self.processes.get(&parent_pid).filter(|p| p.loaded) {
+                    Some(parent) => {
+                        let mut child = parent.clone();
+                        child.pid = child_pid;
+                        child.exited_at = None;
+                        child.start_time = self.procfs.start_time(child_pid);
+                        child.maps_read_at = now;
+                        // The pid filter may tell parent and child apart.
+                        child.allowed = self.filter.allows(&child);
+                        self.processes.insert(child_pid, child);
+                    }
+                    None => {
+                        self.load(child_pid, now);
+                    }
+                }
+            }
+            ProcessEvent::Exit { pid } => {
+                if let Some(p) = self.processes.get_mut(&pid) {
+                    p.exited_at.get_or_insert(now);
+                }
+            }
+        }
+    }
+
+    /// Reads the maps of a live process again when `addr` missed them all, at most once per
+    /// [`MAPS_REFRESH_INTERVAL`]. Returns whether they were read.
+    pub fn refresh_maps(&mut self, pid: u32, now: u64) -> bool {
+        let interval = MAPS_REFRESH_INTERVAL.as_nanos() as u64;
+        let Some(p) = self.processes.get(&pid) else {
+            return false;
+        };
+        if !p.loaded
+            || !p.allowed
+            || p.exited_at.is_some()
+            || now.saturating_sub(p.maps_read_at) < interval
+        {
+            return false;
+        }
+        let Ok(maps) = fs::read_to_string(self.procfs.pid_path(pid, "maps")) else {
+            return false;
+        };
+        let mappings = self.mappings_from(pid, &maps);
+        if let Some(p) = self.processes.get_mut(&pid) {
+            p.mappings = mappings;
+            p.maps_read_at = now;
+        }
+        true
+    }
+
+    /// Marks processes gone from `/proc` (an exit event lost) or replaced by another with
+    /// the same pid as exited, then drops those whose grace period is over. Returns how
+    /// many were dropped.
+    pub fn expire(&mut self, now: u64) -> usize {
+        for p in self.processes.values_mut() {
+            if p.exited_at.is_none() && p.pid != 0 {
+                let current = self.procfs.start_time(p.pid);
+                if current.is_none() || (p.start_time.is_some() && current != p.start_time) {
+                    p.exited_at = Some(now);
+                }
+            }
+        }
+        let before = self.processes.len();
+        let grace = self.grace_ns;
+        self.processes
+            .retain(|_, p| p.exited_at.is_none_or(|t| now.saturating_sub(t) < grace));
+        self.files.prune();
+        before - self.processes.len()
+    }
+
+    fn read_process(&mut self, pid: u32, now: u64) -> Process {
+        let mut p = Process::unknown(pid);
+        p.maps_read_at = now;
+        let Ok(comm) = fs::read_to_string(self.procfs.pid_path(pid, "comm")) else {
+            // Gone already, or never there: remembered as exited. Only its pid is known,
+            // which is all the filter can go by.
+            p.exited_at = Some(now);
+            p.allowed = self.filter.allows(&p);
+            return p;
+        };
+        p.comm = comm.trim_end_matches('\n').to_owned();
+        p.loaded = true;
+        p.start_time = self.procfs.start_time(pid);
+        p.exe_path = fs::read_link(self.procfs.pid_path(pid, "exe"))
+            .ok()
+            .map(|t| t.to_string_lossy().into_owned())
+            .map(|t| match t.strip_suffix(" (deleted)") {
+                Some(s) => s.to_owned(),
+                None => t,
+            });
+        p.container_id = fs::read_to_string(self.procfs.pid_path(pid, "cgroup"))
+            .ok()
+            .and_then(|c| container_id_from_cgroup(&c));
+        p.allowed = self.filter.allows(&p);
+        if p.allowed
+            && let Ok(maps) = fs::read_to_string(self.procfs.pid_path(pid, "maps"))
+        {
+            p.mappings = self.mappings_from(pid, &maps);
+        }
+        p
+    }
+
+    /// The executable mappings (and the vDSO) of `maps`, with their files' ids.
+    fn mappings_from(&mut self, pid: u32, maps: &str) -> Vec<Arc<Mapping>> {
+        let mut out = Vec::new();
+        for e in parse_maps(maps) {
+            if !e.perms.exec && e.path != MapsPath::Vdso {
+                continue;
+            }
+            let (kind, path, deleted) = match e.path {
+                MapsPath::File { path, deleted } => (MappingKind::File, path, deleted),
+                MapsPath::Vdso => (MappingKind::Vdso, "[vdso]".to_owned(), false),
+                MapsPath::Anonymous => (MappingKind::Anonymous, "[anon]".to_owned(), false),
+                MapsPath::Pseudo(name) => (MappingKind::Pseudo, name, false),
+            };
+            let mut mapping = Mapping {
+                start: e.start,
+                end: e.end,
+                offset: e.offset,
+                kind,
+                path,
+                deleted,
+                dev_major: e.dev_major,
+                dev_minor: e.dev_minor,
+                inode: e.inode,
+                file: None,
+            };
+            if kind == MappingKind::File {
+                let key = if e.inode != 0 {
+                    FileKey::Inode {
+                        dev: makedev(e.dev_major, e.dev_minor),
+                        inode: e.inode,
+                    }
+                } else {
+                    FileKey::Path(mapping.path.clone())
+                };
+                let paths = mapping.read_paths(&self.procfs, pid);
+                mapping.file = Some(self.files.get_or_read(key, &paths));
+            }
+            out.push(Arc::new(mapping));
+        }
+        out.sort_by_key(|m| m.start);
+        out
+    }
+}
+
+/// Pid 0: the idle task of each CPU; kernel frames only, nothing in `/proc`.
+fn idle_process() -> Process {
+    let mut p = Process::unknown(0);
+    p.comm = "swapper".to_owned();
+    p.loaded = true;
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "9b6a3f1c2d4e5f60718293a4b5c6d7e8f90123456789abcdef0123456789abcd";
+
+    #[test]
+    fn maps_lines_parse_with_spaces_deleted_files_and_pseudo_names() {
+        let text = "\
+55d4a0a00000-55d4a0a28000 r--p 00000000 fd:01 1835042                    /usr/bin/bash
+55d4a0a28000-55d4a0ad9000 r-xp 00028000 fd:01 1835042                    /usr/bin/bash
+7f3c1c000000-7f3c1c021000 rw-p 00000000 00:00 0 
+7f3c1d400000-7f3c1d595000 r-xp 00028000 08:02 3932211                    /opt/My App/lib x.so (deleted)
+7ffd6c5f2000-7ffd6c5f6000 r--p 00000000 00:00 0                          [vvar]
+7ffd6c5f6000-7ffd6c5f8000 r-xp 00000000 00:00 0                          [vdso]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+";
+        let maps = parse_maps(text);
+        assert_eq!(maps.len(), 7);
+        let bash = &maps[1];
+        assert_eq!(
+            (bash.start, bash.end, bash.offset),
+            (0x55d4a0a28000, 0x55d4a0ad9000, 0x28000)
+        );
+        assert!(bash.perms.exec && bash.perms.read && !bash.perms.write && !bash.perms.shared);
+        assert_eq!(
+            (bash.dev_major, bash.dev_minor, bash.inode),
+            (0xfd, 1, 1835042)
+        );
+        assert_eq!(
+            bash.path,
+            MapsPath::File {
+                path: "/usr/bin/bash".into(),
+                deleted: false
+            }
+        );
+        assert_eq!(maps[2].path, MapsPath::Anonymous);
+        assert_eq!(
+            maps[3].path,
+            MapsPath::File {
+                path: "/opt/My App/lib x.so".into(),
+                deleted: true
+            }
+        );
+        assert_eq!(maps[5].path, MapsPath::Vdso);
+        assert_eq!(maps[6].path, MapsPath::Pseudo("[vsyscall]".into()));
+        assert!(parse_maps_line("garbage").is_none());
+    }
+
+    #[test]
+    fn containerd_ids_are_found_with_systemd_and_cgroupfs_drivers() {
+        // cgroup v2, kubelet with the systemd cgroup driver.
+        let v2 = format!(
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice/cri-containerd-{ID}.scope\n"
+        );
+        assert_eq!(container_id_from_cgroup(&v2).as_deref(), Some(ID));
+        // cgroup v1, kubelet with the cgroupfs driver: a bare id under /kubepods.
+        let v1 = format!(
+            "12:hugetlb:/kubepods/burstable/pod1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d/{ID}\n\
+             11:memory:/kubepods/burstable/pod1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d/{ID}\n\
+             0::/\n"
+        );
+        assert_eq!(container_id_from_cgroup(&v1).as_deref(), Some(ID));
+        // containerd outside Kubernetes (nerdctl), systemd driver.
+        let nerdctl = format!("0::/system.slice/containerd-{ID}.scope\n");
+        assert_eq!(container_id_from_cgroup(&nerdctl).as_deref(), Some(ID));
+    }
+
+    #[test]
+    fn crio_ids_are_found_and_conmon_is_not_a_container() {
+        let crio = format!(
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice/crio-{ID}.scope\n"
+        );
+        assert_eq!(container_id_from_cgroup(&crio).as_deref(), Some(ID));
+        let conmon = format!(
+            "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice/crio-conmon-{ID}.scope\n"
+        );
+        assert_eq!(container_id_from_cgroup(&conmon), None);
+    }
+
+    #[test]
+    fn docker_ids_are_found_in_v1_and_v2_layouts() {
+        let v2 = format!("0::/system.slice/docker-{ID}.scope\n");
+        assert_eq!(container_id_from_cgroup(&v2).as_deref(), Some(ID));
+        let v1 =
+            format!("13:name=systemd:/docker/{ID}\n12:pids:/docker/{ID}\n4:memory:/docker/{ID}\n");
+        assert_eq!(container_id_from_cgroup(&v1).as_deref(), Some(ID));
+        let podman = format!("0::/machine.slice/libpod-{ID}.scope/container\n");
+        assert_eq!(container_id_from_cgroup(&podman).as_deref(), Some(ID));
+    }
+
+    #[test]
+    fn hosts_and_lookalikes_have_no_container_id() {
+        for text in [
+            "0::/init.scope\n",
+            "0::/user.slice/user-1000.slice/session-2.scope\n",
+            "4:memory:/process_api/cea1648b8a1514b9e3b0e6aff9ac61dc\n0::/\n",
+            // 63 and 65 hex digits, and upper case.
+            &format!("0::/docker/{}\n", &ID[..63]),
+            &format!("0::/docker/{ID}0\n"),
+            &format!("0::/docker/{}\n", ID.to_uppercase()),
+            "",
+        ] {
+            assert_eq!(container_id_from_cgroup(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn stat_start_time_survives_odd_command_names() {
+        let stat = "4242 (we ird) (name)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615";
+        assert_eq!(parse_stat_start_time(stat), Some(987654));
+        assert_eq!(parse_stat_start_time("4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn makedev_matches_glibc() {
+        assert_eq!(makedev(8, 1), 0x801);
+        assert_eq!(makedev(0xfd, 1), 0xfd01);
+        assert_eq!(makedev(259, 0x12345), 0x1231_0345);
+    }
+
+    #[test]
+    fn mapping_lookup_and_file_offsets() {
+        let mut p = Process::unknown(1);
+        p.mappings = [(0x1000, 0x2000, 0x0), (0x5000, 0x8000, 0x3000)]
+            .into_iter()
+            .map(|(start, end, offset)| {
+                Arc::new(Mapping {
+                    start,
+                    end,
+                    offset,
+                    kind: MappingKind::File,
+                    path: "/bin/x".into(),
+                    deleted: false,
+                    dev_major: 0,
+                    dev_minor: 0,
+                    inode: 1,
+                    file: None,
+                })
+            })
+            .collect();
+        assert!(p.find_mapping(0xfff).is_none());
+        assert_eq!(p.find_mapping(0x1000).map(|m| m.start), Some(0x1000));
+        assert!(p.find_mapping(0x2000).is_none());
+        let m = p.find_mapping(0x6010).expect("second mapping");
+        assert_eq!(m.file_offset(0x6010), 0x4010);
+        assert!(p.find_mapping(0x8000).is_none());
+    }
+
+    /// This test process, through the real /proc: its own executable is mapped
+    /// executable, has a 20-byte GNU build id, and the ids are shared per file.
+    #[test]
+    fn own_process_resolves_through_real_proc() {
+        let pid = std::process::id();
+        let mut table = ProcessTable::new(
+            ProcFs::default(),
+            Duration::from_secs(30),
+            Filter::allow_all(),
+        );
+        let p = table.load(pid, 1).clone();
+        assert!(p.loaded && p.allowed);
+        let exe = std::env::current_exe().expect("exe");
+        assert_eq!(p.exe_path.as_deref(), exe.to_str());
+        assert_eq!(
+            p.executable_name(),
+            exe.file_name().and_then(|n| n.to_str())
+        );
+        let addr = own_process_resolves_through_real_proc as *const () as usize as u64;
+        let m = p.find_mapping(addr).expect("our code is mapped");
+        assert_eq!(m.kind, MappingKind::File);
+        assert_eq!(Some(m.path.as_str()), exe.to_str());
+        let file = m.file.as_ref().expect("file info");
+        assert!(file.is_elf);
+        assert_eq!(file.build_id_gnu.as_ref().map(Vec::len), Some(20));
+        assert_eq!(file.build_id_gnu_hex().map(|h| h.len()), Some(40));
+        assert!(!file.is_go);
+        // The file offset lies within the mapped part of the file.
+        let off = m.file_offset(addr);
+        assert!(off >= m.offset && off < m.offset + (m.end - m.start));
+        assert!(
+            p.mappings.iter().any(|m| m.kind == MappingKind::Vdso),
+            "vdso kept"
+        );
+        // Every executable mapping of the same file shares one file record.
+        let same: Vec<_> = p
+            .mappings
+            .iter()
+            .filter(|x| x.path == m.path)
+            .filter_map(|x| x.file.clone())
+            .collect();
+        assert!(same.iter().all(|f| Arc::ptr_eq(f, file)));
+        // The scan finds us too, and a fork copies us until the child is read.
+        assert!(table.scan(2) >= 1);
+        assert!(table.get(pid).is_some_and(|p| p.loaded));
+    }
+
+    #[test]
+    fn unknown_pids_are_remembered_and_exits_expire_after_grace() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut table = ProcessTable::new(
+            ProcFs::new(dir.path()),
+            Duration::from_secs(30),
+            Filter::allow_all(),
+        );
+        let s = 1_000_000_000u64;
+        let p = table.get_or_load(77, 10 * s);
+        assert!(!p.loaded);
+        assert_eq!(p.exited_at, Some(10 * s));
+        assert_eq!(table.expire(39 * s), 0, "kept during the grace period");
+        assert_eq!(table.expire(40 * s), 1);
+        assert!(table.get(77).is_none());
+    }
+
+    #[test]
+    fn unknown_pids_go_through_the_filter_by_pid_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let filter = |yaml: &str| {
+            let c: crate::Config = profcol_core::config::parse_typed(
+                &profcol_core::config::parse_yaml("x", yaml).expect("yaml"),
+            )
+            .expect("config");
+            Filter::new(&c)
+        };
+        let mut by_name = ProcessTable::new(
+            ProcFs::new(dir.path()),
+            Duration::from_secs(30),
+            filter("include:\n  executable_names: [java]\n"),
+        );
+        assert!(!by_name.get_or_load(77, 1).allowed, "no name to match");
+        let mut by_pid = ProcessTable::new(
+            ProcFs::new(dir.path()),
+            Duration::from_secs(30),
+            filter("include:\n  pids: [77]\n"),
+        );
+        assert!(by_pid.get_or_load(77, 1).allowed);
+        assert!(!by_pid.get_or_load(78, 1).allowed);
+    }
+
+    #[test]
+    fn unreadable_files_are_read_again_and_readable_ones_once() {
+        let mut cache = FileCache::default();
+        let key = FileKey::Inode { dev: 1, inode: 2 };
+        let missing = cache.get_or_read(key.clone(), &[PathBuf::from("/nonexistent/x")]);
+        assert!(!missing.readable && !missing.is_elf);
+        let exe = std::env::current_exe().expect("exe");
+        let found = cache.get_or_read(key.clone(), std::slice::from_ref(&exe));
+        assert!(found.readable && found.is_elf);
+        let again = cache.get_or_read(key, &[PathBuf::from("/nonexistent/x")]);
+        assert!(Arc::ptr_eq(&found, &again), "cached");
+        let not_elf = ExecutableFile::read(
+            FileKey::Path("/proc/self/status".into()),
+            &[PathBuf::from("/proc/self/status")],
+        );
+        assert!(not_elf.readable && !not_elf.is_elf);
+    }
+
+    /// A fake /proc tree: comm, exe link, cgroup, maps and stat for one pid.
+    fn fake_proc(root: &Path, pid: u32, exe: &Path, cgroup: &str, maps: &str, start: u64) {
+        let d = root.join(pid.to_string());
+        fs::create_dir_all(&d).expect("mkdir");
+        fs::write(d.join("comm"), "app\n").expect("comm");
+        let _ = fs::remove_file(d.join("exe"));
+        std::os::unix::fs::symlink(exe, d.join("exe")).expect("exe link");
+        fs::write(d.join("cgroup"), cgroup).expect("cgroup");
+        fs::write(d.join("maps"), maps).expect("maps");
+        fs::write(
+            d.join("stat"),
+            format!("{pid} (app) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0"),
+        )
+        .expect("stat");
+    }
+
+    #[test]
+    fn events_update_the_table() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let exe = std::env::current_exe().expect("exe");
+        let maps = format!(
+            "00400000-00500000 r-xp 00001000 00:00 0 {}\n7fff0000-7fff2000 r-xp 00000000 00:00 0 [vdso]\n",
+            exe.display()
+        );
+        fake_proc(
+            root,
+            10,
+            &exe,
+            &format!("0::/system.slice/docker-{ID}.scope\n"),
+            &maps,
+            5,
+        );
+        let mut table = ProcessTable::new(
+            ProcFs::new(root),
+            Duration::from_secs(1),
+            Filter::allow_all(),
+        );
+        let s = 1_000_000_000u64;
+        assert_eq!(table.scan(s), 1);
+        let p = table.get(10).expect("scanned");
+        assert_eq!(p.comm, "app");
+        assert_eq!(p.container_id.as_deref(), Some(ID));
+        assert_eq!(p.mappings.len(), 2);
+        assert_eq!(p.mappings[0].path, exe.display().to_string());
+        // The file is read through <root>/10/root/<path> (no map_files in the fake tree):
+        // the symlink chain does not exist, so the file is unknown but the mapping stays.
+        assert_eq!(
+            p.find_mapping(0x400100).map(|m| m.file_offset(0x400100)),
+            Some(0x1100)
+        );
+
+        table.on_event(
+            &ProcessEvent::Fork {
+                parent_pid: 10,
+                child_pid: 11,
+            },
+            2 * s,
+        );
+        let child = table.get(11).expect("forked");
+        assert_eq!(child.mappings, table.get(10).expect("parent").mappings);
+        assert_eq!(child.pid, 11);
+
+        // Exec re-reads /proc: the child now has other maps.
+        fake_proc(root, 11, &exe, "0::/\n", "", 6);
+        table.on_event(&ProcessEvent::Exec { pid: 11 }, 3 * s);
+        let child = table.get(11).expect("exec'd");
+        assert!(child.mappings.is_empty());
+        assert_eq!(child.container_id, None);
+
+        table.on_event(&ProcessEvent::Exit { pid: 10 }, 4 * s);
+        assert_eq!(table.expire(4 * s + 1), 0);
+        assert!(table.get(10).is_some(), "still within grace");
+        assert_eq!(table.expire(5 * s), 1);
+        assert!(table.get(10).is_none());
+
+        // A pid reused by another process (new start time) counts as an exit.
+        fake_proc(root, 11, &exe, "0::/\n", "", 99);
+        table.expire(6 * s);
+        assert_eq!(table.get(11).and_then(|p| p.exited_at), Some(6 * s));
+    }
+
+    #[test]
+    fn maps_are_read_again_when_an_address_misses_but_not_too_often() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let exe = std::env::current_exe().expect("exe");
+        fake_proc(root, 20, &exe, "", "", 1);
+        let mut table = ProcessTable::new(
+            ProcFs::new(root),
+            Duration::from_secs(1),
+            Filter::allow_all(),
+        );
+        let s = 1_000_000_000u64;
+        table.load(20, s);
+        assert!(table.get(20).expect("p").mappings.is_empty());
+        let maps = format!(
+            "00400000-00500000 r-xp 00000000 00:00 0 {}\n",
+            exe.display()
+        );
+        fs::write(root.join("20/maps"), maps).expect("maps");
+        assert!(!table.refresh_maps(20, s + 1), "too soon");
+        assert!(table.refresh_maps(20, 2 * s));
+        assert!(table.get(20).expect("p").find_mapping(0x400000).is_some());
+    }
+}

@@ -1,0 +1,406 @@
+//! The `profiling` receiver around the [`Engine`]: a thread polls a [`SampleSource`] (the
+//! BPF sampler, implemented elsewhere), feeds the engine and flushes it every
+//! `reporter_interval`, handing each batch to the pipelines without waiting
+//! ([`ReceiverOutput::try_deliver`]: a sampler must not block).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use profcol_core::component::{
+    BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory,
+    ReceiverOutput, Stability, Started,
+};
+use profcol_core::config::Validate;
+use profcol_core::telemetry::Telemetry;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Config, Engine, Environment, Filter, ProcessEvent, RawSample, Stats};
+
+/// The longest a poll waits, so shutdown is seen within it.
+const POLL_SLICE: Duration = Duration::from_millis(250);
+
+pub const SAMPLES_METRIC: &str = "otelcol_receiver_profiling_samples_total";
+pub const SAMPLES_FILTERED_METRIC: &str = "otelcol_receiver_profiling_samples_filtered_total";
+pub const FRAMES_UNSYMBOLIZED_METRIC: &str = "otelcol_receiver_profiling_frames_unsymbolized_total";
+pub const PROCESSES_METRIC: &str = "otelcol_receiver_profiling_processes";
+pub const SAMPLES_LOST_METRIC: &str = "otelcol_receiver_profiling_samples_lost_total";
+
+/// What a sampler reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceEvent {
+    Sample(RawSample),
+    Process(ProcessEvent),
+}
+
+/// Why a sampler could not start or stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceError(pub String);
+
+impl fmt::Display for SourceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SourceError {}
+
+/// A source of samples: the BPF sampler. Polled from one thread.
+pub trait SampleSource: Send + 'static {
+    /// Waits at most `timeout` for events and hands every one ready to `sink`. An error
+    /// stops the receiver (the collector treats it as fatal).
+    fn poll(
+        &mut self,
+        timeout: Duration,
+        sink: &mut dyn FnMut(SourceEvent),
+    ) -> Result<(), SourceError>;
+
+    /// Samples the sampler could not hand over so far (its ring buffer was full).
+    fn lost_samples(&self) -> u64 {
+        0
+    }
+}
+
+/// Starts a [`SampleSource`] for a config (loads and attaches BPF). Called when the
+/// receiver runs, not when it is created. The filter's pid part
+/// ([`Filter::allows_pid`]) is what BPF may apply itself.
+pub trait SourceOpener: Send + Sync + 'static {
+    fn open(&self, config: &Config, filter: &Filter) -> Result<Box<dyn SampleSource>, SourceError>;
+}
+
+impl<F> SourceOpener for F
+where
+    F: Fn(&Config, &Filter) -> Result<Box<dyn SampleSource>, SourceError> + Send + Sync + 'static,
+{
+    fn open(&self, config: &Config, filter: &Filter) -> Result<Box<dyn SampleSource>, SourceError> {
+        self(config, filter)
+    }
+}
+
+/// Creates `profiling` receivers around the sampler that `opener` starts.
+#[derive(Clone)]
+pub struct ProfilingReceiverFactory {
+    opener: Arc<dyn SourceOpener>,
+    environment: Arc<dyn Fn() -> Environment + Send + Sync>,
+}
+
+impl ProfilingReceiverFactory {
+    pub fn new(opener: impl SourceOpener) -> Self {
+        ProfilingReceiverFactory {
+            opener: Arc::new(opener),
+            environment: Arc::new(Environment::host),
+        }
+    }
+
+    /// Another host view than this machine's (tests).
+    pub fn with_environment(
+        mut self,
+        environment: impl Fn() -> Environment + Send + Sync + 'static,
+    ) -> Self {
+        self.environment = Arc::new(environment);
+        self
+    }
+}
+
+impl ReceiverFactory for ProfilingReceiverFactory {
+    type Config = Config;
+
+    fn type_name(&self) -> &'static str {
+        "profiling"
+    }
+
+    fn stability(&self) -> Stability {
+        Stability::Development
+    }
+
+    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
+        if let Some(e) = config.validate().into_iter().next() {
+            return Err(BuildError::new(&ctx.id, e.to_string()));
+        }
+        Ok(Box::new(ProfilingReceiver {
+            config,
+            opener: self.opener.clone(),
+            environment: self.environment.clone(),
+        }))
+    }
+}
+
+struct ProfilingReceiver {
+    config: Config,
+    opener: Arc<dyn SourceOpener>,
+    environment: Arc<dyn Fn() -> Environment + Send + Sync>,
+}
+
+#[async_trait]
+impl Receiver for ProfilingReceiver {
+    async fn run(self: Box<Self>, ctx: ReceiverContext) -> Result<(), ComponentError> {
+        let ProfilingReceiver {
+            config,
+            opener,
+            environment,
+        } = *self;
+        let id = ctx.id.to_string();
+        let looped = Loop {
+            id,
+            output: ctx.output,
+            started: ctx.started,
+            shutdown: ctx.shutdown,
+            telemetry: ctx.telemetry,
+        };
+        tokio::task::spawn_blocking(move || looped.run(config, opener.as_ref(), environment()))
+            .await
+            .map_err(|e| ComponentError::Fatal(format!("profiling receiver thread failed: {e}")))?
+    }
+}
+
+struct Loop {
+    id: String,
+    output: ReceiverOutput,
+    started: Started,
+    shutdown: CancellationToken,
+    telemetry: Telemetry,
+}
+
+impl Loop {
+    fn run(
+        self,
+        config: Config,
+        opener: &dyn SourceOpener,
+        env: Environment,
+    ) -> Result<(), ComponentError> {
+        let filter = Filter::new(&config);
+        let mut source = opener.open(&config, &filter).map_err(|e| {
+            ComponentError::Fatal(format!("{}: cannot start the sampler: {e}", self.id))
+        })?;
+        let interval = config.reporter_interval.max(Duration::from_millis(1));
+        let mut engine = Engine::new(config, env);
+        self.started.ready();
+        tracing::info!(id = %self.id, processes = engine.stats().processes_tracked, "profiling receiver started");
+        let mut reported = Stats::default();
+        let mut reported_lost = 0u64;
+        let mut next_flush = Instant::now() + interval;
+        let result = loop {
+            if self.shutdown.is_cancelled() {
+                break Ok(());
+            }
+            let wait = next_flush
+                .saturating_duration_since(Instant::now())
+                .min(POLL_SLICE);
+            let polled = source.poll(wait, &mut |event| match event {
+                SourceEvent::Sample(s) => engine.on_sample(s),
+                SourceEvent::Process(p) => engine.on_process_event(p),
+            });
+            if let Err(e) = polled {
+                break Err(ComponentError::Fatal(format!(
+                    "{}: the sampler stopped: {e}",
+                    self.id
+                )));
+            }
+            let now = Instant::now();
+            if now >= next_flush {
+                self.flush(&mut engine, &mut reported);
+                self.report_lost(source.lost_samples(), &mut reported_lost);
+                next_flush += interval;
+                if next_flush <= now {
+                    next_flush = now + interval;
+                }
+            }
+        };
+        // What was sampled before shutdown still goes out.
+        self.flush(&mut engine, &mut reported);
+        self.report_lost(source.lost_samples(), &mut reported_lost);
+        result
+    }
+
+    fn report_lost(&self, lost: u64, reported: &mut u64) {
+        let labels = [("receiver", self.id.as_str())];
+        self.telemetry
+            .counter(
+                SAMPLES_LOST_METRIC,
+                "Samples lost because the sampler's ring buffer was full.",
+                &labels,
+            )
+            .add(lost.saturating_sub(*reported));
+        *reported = lost;
+    }
+
+    fn flush(&self, engine: &mut Engine, reported: &mut Stats) {
+        if let Some(batch) = engine.flush()
+            && let Err(refused) = self.output.try_deliver(batch)
+        {
+            tracing::warn!(id = %self.id, %refused, "profiles dropped: the pipeline did not take them");
+        }
+        let now = engine.stats();
+        let labels = [("receiver", self.id.as_str())];
+        self.telemetry
+            .counter(
+                SAMPLES_METRIC,
+                "Samples received from the sampler.",
+                &labels,
+            )
+            .add(now.samples_received - reported.samples_received);
+        self.telemetry
+            .counter(
+                SAMPLES_FILTERED_METRIC,
+                "Samples dropped because the process filter refused their process.",
+                &labels,
+            )
+            .add(now.samples_filtered - reported.samples_filtered);
+        self.telemetry
+            .counter(
+                FRAMES_UNSYMBOLIZED_METRIC,
+                "Locations emitted without a function name.",
+                &labels,
+            )
+            .add(now.frames_unsymbolized - reported.frames_unsymbolized);
+        self.telemetry
+            .gauge(PROCESSES_METRIC, "Processes tracked.", &labels)
+            .set(i64::try_from(now.processes_tracked).unwrap_or(i64::MAX));
+        *reported = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profcol_core::component::ComponentId;
+    use profcol_core::pdata::ProfileBatch;
+    use tokio::sync::mpsc;
+
+    /// Emits one sample of this process per poll.
+    struct FakeSource;
+
+    impl SampleSource for FakeSource {
+        fn poll(
+            &mut self,
+            timeout: Duration,
+            sink: &mut dyn FnMut(SourceEvent),
+        ) -> Result<(), SourceError> {
+            std::thread::sleep(timeout.min(Duration::from_millis(20)));
+            let pid = std::process::id();
+            sink(SourceEvent::Sample(RawSample {
+                pid,
+                tid: pid,
+                comm: "fake".into(),
+                time_unix_nano: crate::SystemClock.now_unix_nano(),
+                user_stack: vec![FakeSource::poll as *const () as usize as u64],
+                ..RawSample::default()
+            }));
+            Ok(())
+        }
+    }
+
+    use crate::Clock;
+
+    fn environment() -> Environment {
+        Environment {
+            scan_at_start: false,
+            ..Environment::host()
+        }
+    }
+
+    fn start(
+        factory: &ProfilingReceiverFactory,
+        config: Config,
+    ) -> (
+        tokio::task::JoinHandle<Result<(), ComponentError>>,
+        mpsc::Receiver<ProfileBatch>,
+        CancellationToken,
+        Telemetry,
+    ) {
+        let telemetry = Telemetry::new();
+        let receiver = factory
+            .create(
+                config,
+                &CreateContext {
+                    id: ComponentId::new("profiling", None),
+                    telemetry: telemetry.clone(),
+                    storage: Default::default(),
+                },
+            )
+            .expect("create");
+        let (tx, rx) = mpsc::channel(16);
+        let shutdown = CancellationToken::new();
+        let (started, _rx) = Started::new();
+        let task = tokio::spawn(receiver.run(ReceiverContext {
+            id: ComponentId::new("profiling", None),
+            output: ReceiverOutput::for_test(vec![tx]),
+            started,
+            shutdown: shutdown.clone(),
+            telemetry: telemetry.clone(),
+        }));
+        (task, rx, shutdown, telemetry)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn batches_flow_every_interval_and_shutdown_is_prompt() {
+        let factory = ProfilingReceiverFactory::new(|_: &Config, _: &Filter| {
+            Ok(Box::new(FakeSource) as Box<dyn SampleSource>)
+        })
+        .with_environment(environment);
+        assert_eq!(factory.type_name(), "profiling");
+        let config = Config {
+            reporter_interval: Duration::from_millis(200),
+            symbolize: false,
+            ..Config::default()
+        };
+        let (task, mut rx, shutdown, telemetry) = start(&factory, config);
+        let batch = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a batch in time")
+            .expect("a batch");
+        assert!(batch.sample_count() >= 1);
+        assert!(ProfileBatch::decode(&batch.encode_to_vec()).is_ok());
+        shutdown.cancel();
+        let result = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("stops promptly")
+            .expect("joins");
+        assert!(result.is_ok(), "{result:?}");
+        let labels = [("receiver", "profiling")];
+        assert!(telemetry.counter(SAMPLES_METRIC, "", &labels).get() >= 1);
+    }
+
+    #[tokio::test]
+    async fn a_sampler_that_cannot_start_is_fatal() {
+        let factory = ProfilingReceiverFactory::new(|_: &Config, _: &Filter| {
+            Err::<Box<dyn SampleSource>, _>(SourceError(
+                "BPF refused: operation not permitted".into(),
+            ))
+        })
+        .with_environment(environment);
+        let (task, _rx, _shutdown, _t) = start(&factory, Config::default());
+        let err = task.await.expect("joins").expect_err("fatal");
+        assert_eq!(
+            err.to_string(),
+            "profiling: cannot start the sampler: BPF refused: operation not permitted"
+        );
+    }
+
+    #[test]
+    fn invalid_config_is_refused_at_create() {
+        let factory = ProfilingReceiverFactory::new(|_: &Config, _: &Filter| {
+            Ok(Box::new(FakeSource) as Box<dyn SampleSource>)
+        });
+        let err = factory
+            .create(
+                Config {
+                    max_stack_depth: 500,
+                    ..Config::default()
+                },
+                &CreateContext {
+                    id: ComponentId::new("profiling", None),
+                    telemetry: Telemetry::new(),
+                    storage: Default::default(),
+                },
+            )
+            .err()
+            .expect("refused");
+        assert!(
+            err.to_string()
+                .starts_with("profiling: max_stack_depth: must be from 1 to 127"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,773 @@
+//! Symbolization on the host, with [blazesym] for kernel frames (`/proc/kallsyms`) and
+//! native frames (ELF symbols, and DWARF lines and inlined functions), and with our own
+//! `.gopclntab` reader for Go binaries (which blazesym does not read, and which a
+//! stripped Go binary keeps).
+//!
+//! blazesym's `Symbolizer` is not `Send`, so it lives on a thread of its own; a
+//! [`Symbolizer`] handle sends it one request per flush and waits for the answer. Results
+//! are cached per file, keyed by GNU build id (or by device and inode when the file has
+//! none), so a frame is symbolized once however many processes and flushes it appears in.
+//!
+//! Addresses are file offsets (`addr - mapping start + mapping offset`), which blazesym
+//! turns into virtual addresses through the file's program headers.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use blazesym::MaybeDefault;
+use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::{self as bz, Input};
+
+use crate::elf::{ElfFile, ProgramHeader, file_offset_to_vaddr};
+use crate::gopclntab::GoTable;
+use crate::process::{ExecutableFile, FileKey, MappingKind};
+
+/// blazesym is rebuilt (dropping every parsed file and the kallsyms copy) this often, or
+/// once this many files went through it, so memory stays bounded and kallsyms fresh.
+const REBUILD_AFTER: Duration = Duration::from_secs(3600);
+const REBUILD_AFTER_FILES: usize = 1024;
+/// Above this many cached frames, the result cache starts over.
+const MAX_CACHED_FRAMES: usize = 1_000_000;
+
+/// The name of the pseudo frame that ends a truncated stack.
+pub const TRUNCATED_FRAME: &str = "[truncated]";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SymbolizerOptions {
+    pub kallsyms: PathBuf,
+    /// File names and line numbers from DWARF.
+    pub code_info: bool,
+    /// Inlined functions from DWARF, as extra lines of a location.
+    pub inlined_fns: bool,
+    pub demangle: bool,
+}
+
+impl Default for SymbolizerOptions {
+    fn default() -> Self {
+        SymbolizerOptions {
+            kallsyms: PathBuf::from("/proc/kallsyms"),
+            code_info: true,
+            inlined_fns: true,
+            demangle: true,
+        }
+    }
+}
+
+/// `profile.frame.type` of a location.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameType {
+    Kernel,
+    Native,
+    Go,
+    /// The `[truncated]` pseudo frame (the OTel eBPF profiler's value for stacks whose
+    /// unwinding stopped early).
+    AbortMarker,
+}
+
+impl FrameType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FrameType::Kernel => "kernel",
+            FrameType::Native => "native",
+            FrameType::Go => "go",
+            FrameType::AbortMarker => "abort-marker",
+        }
+    }
+}
+
+/// One function of a location: the one the address is in, or one inlined there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SymLine {
+    pub function: String,
+    pub file: Option<String>,
+    /// 0 when unknown.
+    pub line: u32,
+    /// 0 when unknown.
+    pub column: u32,
+}
+
+/// A symbolized frame: its functions innermost (inlined callee) first, caller last, as
+/// OTLP `Location.lines` wants them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Symbolized {
+    pub lines: Vec<SymLine>,
+    pub frame_type: FrameType,
+}
+
+pub type Resolved = Option<Arc<Symbolized>>;
+
+/// The addresses of one file (or of the vDSO) to symbolize.
+#[derive(Debug, Clone)]
+pub struct FileRequest {
+    pub kind: MappingKind,
+    pub file: Option<Arc<ExecutableFile>>,
+    /// Where the file can be opened, best first (`/proc/<pid>/map_files/...`,
+    /// `/proc/<pid>/root/...`).
+    pub paths: Vec<PathBuf>,
+    /// The path on this host, used only when its build id is the file's (the process is
+    /// gone, so its `/proc` paths are too).
+    pub host_path: Option<PathBuf>,
+    /// File offsets.
+    pub offsets: Vec<u64>,
+}
+
+enum Job {
+    Files(Vec<FileRequest>, mpsc::Sender<Vec<Vec<Resolved>>>),
+    Kernel(Vec<u64>, mpsc::Sender<Vec<Resolved>>),
+}
+
+/// A handle on the symbolizing thread. `Send` and `Sync`; dropping the last handle ends
+/// the thread.
+#[derive(Debug)]
+pub struct Symbolizer {
+    tx: Option<mpsc::Sender<Job>>,
+}
+
+impl Symbolizer {
+    pub fn new(options: SymbolizerOptions) -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("profcol-symbolize".into())
+            .spawn(move || {
+                let mut worker = Worker::new(options);
+                while let Ok(job) = rx.recv() {
+                    match job {
+                        Job::Files(requests, reply) => {
+                            let out = requests.iter().map(|r| worker.file(r)).collect();
+                            let _ = reply.send(out);
+                        }
+                        Job::Kernel(addrs, reply) => {
+                            let _ = reply.send(worker.kernel(&addrs));
+                        }
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => Symbolizer { tx: Some(tx) },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the symbolizer thread; frames stay unsymbolized");
+                Symbolizer { tx: None }
+            }
+        }
+    }
+
+    /// One answer per offset of every request, in order; `None` where nothing is known.
+    pub fn symbolize_files(&self, requests: Vec<FileRequest>) -> Vec<Vec<Resolved>> {
+        let empty: Vec<Vec<Resolved>> = requests
+            .iter()
+            .map(|r| vec![None; r.offsets.len()])
+            .collect();
+        let Some(tx) = &self.tx else { return empty };
+        let (reply, answer) = mpsc::channel();
+        if tx.send(Job::Files(requests, reply)).is_err() {
+            return empty;
+        }
+        answer.recv().unwrap_or(empty)
+    }
+
+    /// Kernel addresses through kallsyms.
+    pub fn symbolize_kernel(&self, addrs: Vec<u64>) -> Vec<Resolved> {
+        let empty = vec![None; addrs.len()];
+        let Some(tx) = &self.tx else { return empty };
+        let (reply, answer) = mpsc::channel();
+        if tx.send(Job::Kernel(addrs, reply)).is_err() {
+            return empty;
+        }
+        answer.recv().unwrap_or(empty)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum CacheKey {
+    BuildId(Vec<u8>),
+    File(FileKey),
+    Vdso,
+}
+
+struct GoFile {
+    table: GoTable,
+    program_headers: Vec<ProgramHeader>,
+}
+
+struct Worker {
+    options: SymbolizerOptions,
+    blaze: bz::Symbolizer,
+    built_at: Instant,
+    files_seen: HashSet<CacheKey>,
+    results: HashMap<CacheKey, HashMap<u64, Resolved>>,
+    cached_frames: usize,
+    go: HashMap<CacheKey, Option<Arc<GoFile>>>,
+    kernel: HashMap<u64, Resolved>,
+    kallsyms_usable: Option<bool>,
+    /// This process's vDSO written to a file (every process of this kernel and ABI maps the
+    /// same image); `Some(None)` once reading it failed.
+    vdso: Option<Option<tempfile::NamedTempFile>>,
+}
+
+impl Worker {
+    fn new(options: SymbolizerOptions) -> Self {
+        let blaze = build_blazesym(&options);
+        Worker {
+            options,
+            blaze,
+            built_at: Instant::now(),
+            files_seen: HashSet::new(),
+            results: HashMap::new(),
+            cached_frames: 0,
+            go: HashMap::new(),
+            kernel: HashMap::new(),
+            kallsyms_usable: None,
+            vdso: None,
+        }
+    }
+
+    fn maybe_rebuild(&mut self) {
+        if self.built_at.elapsed() >= REBUILD_AFTER || self.files_seen.len() >= REBUILD_AFTER_FILES
+        {
+            self.blaze = build_blazesym(&self.options);
+            self.built_at = Instant::now();
+            self.files_seen.clear();
+            self.go.clear();
+            self.kernel.clear();
+            self.kallsyms_usable = None;
+        }
+        if self.cached_frames > MAX_CACHED_FRAMES {
+            self.results.clear();
+            self.cached_frames = 0;
+        }
+    }
+
+    fn file(&mut self, request: &FileRequest) -> Vec<Resolved> {
+        self.maybe_rebuild();
+        let key = match (request.kind, &request.file) {
+            (MappingKind::Vdso, _) => CacheKey::Vdso,
+            (MappingKind::File, Some(f)) => match &f.build_id_gnu {
+                Some(id) => CacheKey::BuildId(id.clone()),
+                None => CacheKey::File(f.key.clone()),
+            },
+            _ => return vec![None; request.offsets.len()],
+        };
+        let cached = self.results.entry(key.clone()).or_default();
+        let mut out: Vec<Resolved> = Vec::with_capacity(request.offsets.len());
+        let mut missing: Vec<u64> = Vec::new();
+        for &off in &request.offsets {
+            match cached.get(&off) {
+                Some(r) => out.push(r.clone()),
+                None => {
+                    out.push(None);
+                    missing.push(off);
+                }
+            }
+        }
+        if missing.is_empty() {
+            return out;
+        }
+        missing.sort_unstable();
+        missing.dedup();
+        let found = self.resolve(&key, request, &missing);
+        let cached = self.results.entry(key).or_default();
+        for (off, r) in missing.iter().zip(found) {
+            cached.insert(*off, r);
+            self.cached_frames += 1;
+        }
+        request
+            .offsets
+            .iter()
+            .map(|off| cached.get(off).cloned().flatten())
+            .collect()
+    }
+
+    /// Symbolizes `offsets` (sorted, distinct) of one file.
+    fn resolve(&mut self, key: &CacheKey, request: &FileRequest, offsets: &[u64]) -> Vec<Resolved> {
+        let mut out: Vec<Resolved> = vec![None; offsets.len()];
+        let path = match request.kind {
+            MappingKind::Vdso => self.vdso_path(),
+            _ => pick_path(request),
+        };
+        let Some(path) = path else {
+            return out;
+        };
+        self.files_seen.insert(key.clone());
+        let is_go = request.file.as_ref().is_some_and(|f| f.is_go);
+        if is_go && let Some(go) = self.go_file(key, &path) {
+            for (slot, &off) in out.iter_mut().zip(offsets) {
+                let frame = file_offset_to_vaddr(&go.program_headers, off)
+                    .and_then(|vaddr| go.table.lookup(vaddr));
+                *slot = frame.map(|f| {
+                    Arc::new(Symbolized {
+                        lines: vec![SymLine {
+                            function: f.function,
+                            file: f.file,
+                            line: f.line.unwrap_or(0),
+                            column: 0,
+                        }],
+                        frame_type: FrameType::Go,
+                    })
+                });
+            }
+        }
+        // Whatever Go's table does not hold (all of a native file; C code of a cgo binary).
+        let rest: Vec<(usize, u64)> = out
+            .iter()
+            .zip(offsets)
+            .enumerate()
+            .filter(|(_, (r, _))| r.is_none())
+            .map(|(i, (_, &off))| (i, off))
+            .collect();
+        if rest.is_empty() {
+            return out;
+        }
+        let addrs: Vec<u64> = rest.iter().map(|&(_, off)| off).collect();
+        let src = Source::Elf(Elf::new(path));
+        match self.blaze.symbolize(&src, Input::FileOffset(&addrs)) {
+            Ok(syms) => {
+                for ((i, _), sym) in rest.iter().zip(syms) {
+                    if let bz::Symbolized::Sym(sym) = sym {
+                        out[*i] = Some(Arc::new(Symbolized {
+                            lines: lines_from_sym(&sym),
+                            frame_type: FrameType::Native,
+                        }));
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "symbolization failed"),
+        }
+        out
+    }
+
+    fn go_file(&mut self, key: &CacheKey, path: &Path) -> Option<Arc<GoFile>> {
+        self.go
+            .entry(key.clone())
+            .or_insert_with(|| {
+                let elf = ElfFile::open(path).ok()?;
+                match GoTable::from_elf(&elf) {
+                    Ok(table) => Some(Arc::new(GoFile {
+                        table,
+                        program_headers: elf.program_headers.clone(),
+                    })),
+                    Err(e) => {
+                        tracing::debug!(path = %path.display(), error = %e, "no Go function table");
+                        None
+                    }
+                }
+            })
+            .clone()
+    }
+
+    fn vdso_path(&mut self) -> Option<PathBuf> {
+        let file = self.vdso.get_or_insert_with(|| {
+            let image = read_own_vdso()?;
+            let mut file = tempfile::Builder::new()
+                .prefix("profcol-vdso-")
+                .suffix(".so")
+                .tempfile()
+                .ok()?;
+            std::io::Write::write_all(&mut file, &image).ok()?;
+            Some(file)
+        });
+        file.as_ref().map(|f| f.path().to_path_buf())
+    }
+
+    fn kernel(&mut self, addrs: &[u64]) -> Vec<Resolved> {
+        self.maybe_rebuild();
+        let usable = *self
+            .kallsyms_usable
+            .get_or_insert_with(|| kallsyms_has_addresses(&self.options.kallsyms));
+        if !usable {
+            return vec![None; addrs.len()];
+        }
+        let mut missing: Vec<u64> = addrs
+            .iter()
+            .copied()
+            .filter(|a| !self.kernel.contains_key(a))
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if !missing.is_empty() {
+            let src = Source::Kernel(Kernel {
+                kallsyms: MaybeDefault::Some(self.options.kallsyms.clone()),
+                vmlinux: MaybeDefault::None,
+                debug_syms: false,
+                ..Kernel::default()
+            });
+            let found = match self.blaze.symbolize(&src, Input::AbsAddr(&missing)) {
+                Ok(syms) => syms
+                    .into_iter()
+                    .map(|s| match s {
+                        bz::Symbolized::Sym(sym) => Some(Arc::new(Symbolized {
+                            lines: vec![SymLine {
+                                function: sym.name.into_owned(),
+                                file: None,
+                                line: 0,
+                                column: 0,
+                            }],
+                            frame_type: FrameType::Kernel,
+                        })),
+                        bz::Symbolized::Unknown(_) => None,
+                    })
+                    .collect(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "kernel symbolization failed");
+                    vec![None; missing.len()]
+                }
+            };
+            for (a, r) in missing.into_iter().zip(found) {
+                self.kernel.insert(a, r);
+            }
+        }
+        addrs
+            .iter()
+            .map(|a| self.kernel.get(a).cloned().flatten())
+            .collect()
+    }
+}
+
+fn build_blazesym(options: &SymbolizerOptions) -> bz::Symbolizer {
+    bz::Symbolizer::builder()
+        .enable_code_info(options.code_info)
+        .enable_inlined_fns(options.inlined_fns)
+        .enable_demangling(options.demangle)
+        .build()
+}
+
+/// The first of the request's paths that exists; else the host path, if its build id is
+/// the file's.
+fn pick_path(request: &FileRequest) -> Option<PathBuf> {
+    if let Some(p) = request
+        .paths
+        .iter()
+        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file()))
+    {
+        return Some(p.clone());
+    }
+    let host = request.host_path.as_ref()?;
+    let want = request.file.as_ref()?.build_id_gnu.as_ref()?;
+    let have = ElfFile::open(host).ok()?.gnu_build_id()?;
+    (have == *want).then(|| host.clone())
+}
+
+/// OTLP lines from a blazesym symbol: inlined functions innermost first, then the function
+/// the code is compiled into. blazesym lists inlined functions outermost first, each with
+/// the location inside it.
+pub fn lines_from_sym(sym: &bz::Sym<'_>) -> Vec<SymLine> {
+    let line_of = |ci: Option<&bz::CodeInfo<'_>>| SymLine {
+        function: String::new(),
+        file: ci.map(|c| c.to_path().to_string_lossy().into_owned()),
+        line: ci.and_then(|c| c.line).unwrap_or(0),
+        column: ci.and_then(|c| c.column).map_or(0, u32::from),
+    };
+    let mut lines: Vec<SymLine> = sym
+        .inlined
+        .iter()
+        .rev()
+        .map(|f| SymLine {
+            function: f.name.to_string(),
+            ..line_of(f.code_info.as_ref())
+        })
+        .collect();
+    lines.push(SymLine {
+        function: sym.name.to_string(),
+        ..line_of(sym.code_info.as_deref())
+    });
+    lines
+}
+
+/// Whether kallsyms shows addresses (it shows zeros to readers without `CAP_SYSLOG` when
+/// `kptr_restrict` is set).
+pub fn kallsyms_has_addresses(path: &Path) -> bool {
+    let Ok(text) = fs::read_to_string(path) else {
+        return false;
+    };
+    text.lines()
+        .take(1000)
+        .filter_map(|l| l.split_whitespace().next())
+        .any(|a| u64::from_str_radix(a, 16).is_ok_and(|a| a != 0))
+}
+
+/// This process's vDSO image, read from `/proc/self/mem`.
+pub fn read_own_vdso() -> Option<Vec<u8>> {
+    let maps = fs::read_to_string("/proc/self/maps").ok()?;
+    let vdso = crate::process::parse_maps(&maps)
+        .into_iter()
+        .find(|m| m.path == crate::process::MapsPath::Vdso)?;
+    let len = usize::try_from(vdso.end - vdso.start).ok()?;
+    let mut mem = fs::File::open("/proc/self/mem").ok()?;
+    mem.seek(SeekFrom::Start(vdso.start)).ok()?;
+    let mut image = vec![0; len];
+    mem.read_exact(&mut image).ok()?;
+    Some(image)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Filter;
+    use crate::process::{Mapping, ProcFs, ProcessTable};
+    use std::borrow::Cow;
+    use std::ffi::OsStr;
+
+    #[inline(never)]
+    fn profcol_symbolize_marker(x: u64) -> u64 {
+        std::hint::black_box(x.wrapping_mul(31).rotate_left(7))
+    }
+
+    fn own_mapping(addr: u64) -> (Arc<Mapping>, u32) {
+        let pid = std::process::id();
+        let mut table = ProcessTable::new(
+            ProcFs::default(),
+            Duration::from_secs(30),
+            Filter::allow_all(),
+        );
+        let p = table.load(pid, 1);
+        (p.find_mapping(addr).expect("mapped").clone(), pid)
+    }
+
+    #[test]
+    fn own_function_is_symbolized_through_proc_maps() {
+        let _ = profcol_symbolize_marker(1);
+        let addr = profcol_symbolize_marker as *const () as usize as u64;
+        let (m, pid) = own_mapping(addr);
+        let request = FileRequest {
+            kind: m.kind,
+            file: m.file.clone(),
+            paths: m.read_paths(&ProcFs::default(), pid),
+            host_path: Some(PathBuf::from(&m.path)),
+            offsets: vec![m.file_offset(addr), m.file_offset(addr + 1)],
+        };
+        let s = Symbolizer::new(SymbolizerOptions::default());
+        let out = s.symbolize_files(vec![request.clone()]);
+        let frame = out[0][0].as_ref().expect("symbolized");
+        assert_eq!(frame.frame_type, FrameType::Native);
+        let outer = frame.lines.last().expect("a line");
+        assert!(
+            outer.function.ends_with("profcol_symbolize_marker"),
+            "{frame:?}"
+        );
+        assert!(
+            outer
+                .file
+                .as_deref()
+                .is_some_and(|f| f.ends_with("symbolize.rs")),
+            "{frame:?}"
+        );
+        assert!(outer.line > 0, "DWARF lines: {frame:?}");
+        assert!(out[0][1].is_some());
+        // Asked again: the same answer, from the cache.
+        let again = s.symbolize_files(vec![request]);
+        assert!(Arc::ptr_eq(
+            again[0][0].as_ref().expect("cached"),
+            out[0][0].as_ref().expect("first")
+        ));
+    }
+
+    #[test]
+    fn gone_process_falls_back_to_the_host_path_only_with_the_same_build_id() {
+        let addr = profcol_symbolize_marker as *const () as usize as u64;
+        let (m, _) = own_mapping(addr);
+        let s = Symbolizer::new(SymbolizerOptions::default());
+        let gone = |host: &str| FileRequest {
+            kind: m.kind,
+            file: m.file.clone(),
+            paths: vec![PathBuf::from("/proc/0/map_files/none")],
+            host_path: Some(PathBuf::from(host)),
+            offsets: vec![m.file_offset(addr)],
+        };
+        let out = s.symbolize_files(vec![gone(&m.path)]);
+        assert!(out[0][0].is_some(), "same file on the host");
+        // Another file at the host path (say the container had another build): refused.
+        let mut other = gone("/bin/sh");
+        other.file = Some(Arc::new(ExecutableFile {
+            key: FileKey::Path("/x".into()),
+            readable: true,
+            is_elf: true,
+            build_id_gnu: Some(vec![1; 20]),
+            build_id_go: None,
+            is_go: false,
+        }));
+        assert_eq!(s.symbolize_files(vec![other]), vec![vec![None]]);
+    }
+
+    #[test]
+    fn unknown_files_give_nothing() {
+        let s = Symbolizer::new(SymbolizerOptions::default());
+        let r = FileRequest {
+            kind: MappingKind::File,
+            file: Some(Arc::new(ExecutableFile {
+                key: FileKey::Path("/nope".into()),
+                readable: false,
+                is_elf: false,
+                build_id_gnu: None,
+                build_id_go: None,
+                is_go: false,
+            })),
+            paths: vec![PathBuf::from("/nonexistent/binary")],
+            host_path: None,
+            offsets: vec![0x1000, 0x2000],
+        };
+        assert_eq!(s.symbolize_files(vec![r]), vec![vec![None, None]]);
+    }
+
+    #[test]
+    fn vdso_is_symbolized_from_our_own_image() {
+        let Some(image) = read_own_vdso() else {
+            eprintln!("skipping: no vDSO in /proc/self/maps");
+            return;
+        };
+        let elf = ElfFile::from_bytes(image).expect("the vDSO is ELF");
+        let text = elf.section(".text").expect("vDSO .text").clone();
+        let s = Symbolizer::new(SymbolizerOptions::default());
+        let out = s.symbolize_files(vec![FileRequest {
+            kind: MappingKind::Vdso,
+            file: None,
+            paths: Vec::new(),
+            host_path: None,
+            offsets: vec![text.offset + text.size / 2],
+        }]);
+        let frame = out[0][0].as_ref().expect("vdso frame symbolized");
+        assert!(!frame.lines[0].function.is_empty());
+    }
+
+    /// A known kallsyms address symbolizes to its name (as root; kallsyms shows zeros
+    /// otherwise).
+    #[test]
+    fn kernel_symbol_from_kallsyms() {
+        let path = Path::new("/proc/kallsyms");
+        if !kallsyms_has_addresses(path) {
+            eprintln!("skipping: /proc/kallsyms shows no addresses (not root, or kptr_restrict)");
+            return;
+        }
+        let text = fs::read_to_string(path).expect("kallsyms");
+        // A text symbol of the core kernel whose address no other symbol shares.
+        let mut by_addr: HashMap<u64, Vec<&str>> = HashMap::new();
+        let mut candidates = Vec::new();
+        for line in text.lines() {
+            let mut parts = line.split_whitespace();
+            let (Some(a), Some(t), Some(name), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let Ok(a) = u64::from_str_radix(a, 16) else {
+                continue;
+            };
+            by_addr.entry(a).or_default().push(name);
+            if t == "T"
+                && matches!(
+                    name,
+                    "vfs_read" | "schedule" | "do_sys_open" | "__x64_sys_getpid"
+                )
+            {
+                candidates.push((a, name));
+            }
+        }
+        let (addr, name) = *candidates
+            .iter()
+            .find(|(a, _)| by_addr[a].len() == 1)
+            .expect("a well-known kernel function");
+        let s = Symbolizer::new(SymbolizerOptions::default());
+        let out = s.symbolize_kernel(vec![addr, addr + 1, 0x10]);
+        let frame = out[0].as_ref().expect("symbolized");
+        assert_eq!(frame.frame_type, FrameType::Kernel);
+        assert_eq!(frame.lines[0].function, name);
+        assert_eq!(
+            out[1].as_ref().map(|f| f.lines[0].function.as_str()),
+            Some(name)
+        );
+    }
+
+    #[test]
+    fn zeroed_kallsyms_disables_kernel_symbolization() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("kallsyms");
+        fs::write(
+            &path,
+            "0000000000000000 T _stext\n0000000000000000 T schedule\n",
+        )
+        .expect("write");
+        assert!(!kallsyms_has_addresses(&path));
+        let s = Symbolizer::new(SymbolizerOptions {
+            kallsyms: path,
+            ..SymbolizerOptions::default()
+        });
+        assert_eq!(s.symbolize_kernel(vec![0xffffffff81000010]), vec![None]);
+    }
+
+    #[test]
+    fn a_fake_kallsyms_resolves_by_nearest_lower_symbol() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("kallsyms");
+        fs::write(
+            &path,
+            "ffffffff81000000 T _stext\nffffffff81001000 T alpha\nffffffff81002000 t beta\nffffffff81003000 T _etext\n",
+        )
+        .expect("write");
+        let s = Symbolizer::new(SymbolizerOptions {
+            kallsyms: path,
+            ..SymbolizerOptions::default()
+        });
+        let out = s.symbolize_kernel(vec![0xffffffff81001010, 0xffffffff81002fff]);
+        let names: Vec<_> = out
+            .iter()
+            .map(|r| r.as_ref().map(|f| f.lines[0].function.clone()))
+            .collect();
+        assert_eq!(names, [Some("alpha".to_owned()), Some("beta".to_owned())]);
+    }
+
+    #[test]
+    fn inlined_functions_come_innermost_first() {
+        let code = |file: &'static str, line| bz::CodeInfo {
+            dir: Some(Cow::Borrowed(Path::new("/src"))),
+            file: Cow::Borrowed(OsStr::new(file)),
+            line: Some(line),
+            column: Some(3),
+            _non_exhaustive: (),
+        };
+        // f calls g (inlined) which calls h (inlined), and the address is in h.
+        let sym = bz::Sym {
+            name: Cow::Borrowed("f"),
+            module: None,
+            addr: 0x1000,
+            offset: 4,
+            size: Some(64),
+            code_info: Some(Box::new(code("f.c", 10))),
+            inlined: vec![
+                bz::InlinedFn {
+                    name: Cow::Borrowed("g"),
+                    code_info: Some(code("g.h", 20)),
+                    _non_exhaustive: (),
+                },
+                bz::InlinedFn {
+                    name: Cow::Borrowed("h"),
+                    code_info: Some(code("h.h", 30)),
+                    _non_exhaustive: (),
+                },
+            ]
+            .into_boxed_slice(),
+            _non_exhaustive: (),
+        };
+        let lines = lines_from_sym(&sym);
+        let got: Vec<_> = lines
+            .iter()
+            .map(|l| (l.function.as_str(), l.file.as_deref(), l.line, l.column))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("h", Some("/src/h.h"), 30, 3),
+                ("g", Some("/src/g.h"), 20, 3),
+                ("f", Some("/src/f.c"), 10, 3),
+            ]
+        );
+    }
+
+    #[test]
+    fn symbolizer_handle_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Symbolizer>();
+    }
+}

@@ -1,0 +1,453 @@
+//! Engine tests, end to end through the real `/proc` of this test process.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use profcol_core::pdata::attribute_value;
+use profcol_core::pdata::types::{ProfilesDictionary, Value};
+
+use super::*;
+
+const S: u64 = 1_000_000_000;
+
+#[derive(Debug, Default)]
+struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    fn set(&self, t: u64) {
+        self.0.store(t, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_unix_nano(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+fn env(clock: Arc<ManualClock>) -> Environment {
+    Environment {
+        host_name: Some("test-host".into()),
+        scan_at_start: false,
+        clock,
+        ..Environment::host()
+    }
+}
+
+fn clock_at(t: u64) -> Arc<ManualClock> {
+    let c = Arc::new(ManualClock::default());
+    c.set(t);
+    c
+}
+
+#[inline(never)]
+fn engine_marker_leaf(x: u64) -> u64 {
+    std::hint::black_box(x.wrapping_mul(7).rotate_left(3))
+}
+
+#[inline(never)]
+fn engine_marker_caller(x: u64) -> u64 {
+    std::hint::black_box(engine_marker_leaf(x) + 1)
+}
+
+fn sample(pid: u32, t: u64, user: Vec<u64>) -> RawSample {
+    RawSample {
+        pid,
+        tid: pid,
+        cpu: 1,
+        comm: "tester".into(),
+        cgroup_id: 0,
+        time_unix_nano: t,
+        kernel_stack: Vec::new(),
+        user_stack: user,
+        kernel_truncated: false,
+        user_truncated: false,
+    }
+}
+
+fn frame_type(d: &ProfilesDictionary, location: i32) -> String {
+    let l = &d.location_table[location as usize];
+    match attribute_value(d, &l.attribute_indices, "profile.frame.type")
+        .and_then(|v| v.value.clone())
+    {
+        Some(Value::StringValue(s)) => s,
+        other => panic!("no frame type: {other:?}"),
+    }
+}
+
+fn names(d: &ProfilesDictionary, location: i32) -> Vec<String> {
+    d.location_table[location as usize]
+        .lines
+        .iter()
+        .map(|l| {
+            let f = d.function_table[l.function_index as usize];
+            d.string_table[f.name_strindex as usize].clone()
+        })
+        .collect()
+}
+
+fn stack_of(batch: &ProfileBatch, sample: usize) -> Vec<i32> {
+    let p = batch.profiles().next().expect("a profile");
+    batch.dictionary().stack_table[p.samples[sample].stack_index as usize]
+        .location_indices
+        .clone()
+}
+
+fn mapping_attr(d: &ProfilesDictionary, location: i32, key: &str) -> Option<String> {
+    let m = &d.mapping_table[d.location_table[location as usize].mapping_index as usize];
+    match attribute_value(d, &m.attribute_indices, key)?
+        .value
+        .clone()?
+    {
+        Value::StringValue(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn resource_attr(batch: &ProfileBatch, key: &str) -> Option<Value> {
+    batch.resource_profiles()[0]
+        .resource
+        .as_ref()?
+        .attributes
+        .iter()
+        .find(|kv| kv.key == key)?
+        .value
+        .clone()?
+        .value
+}
+
+#[test]
+fn own_process_is_profiled_and_symbolized_end_to_end() {
+    let _ = engine_marker_caller(1);
+    let clock = clock_at(10 * S);
+    let mut engine = Engine::new(Config::default(), env(clock.clone()));
+    let pid = std::process::id();
+    let leaf = engine_marker_leaf as *const () as usize as u64;
+    // A "return address" inside the caller: a few bytes into it.
+    let caller = engine_marker_caller as *const () as usize as u64 + 8;
+    for i in 0..5 {
+        engine.on_sample(sample(pid, 10 * S + i, vec![leaf + 4, caller]));
+    }
+    clock.set(15 * S);
+    let batch = engine.flush().expect("a batch");
+    let batch = ProfileBatch::decode(&batch.encode_to_vec()).expect("valid OTLP");
+    let d = batch.dictionary();
+
+    assert_eq!(
+        resource_attr(&batch, "process.pid"),
+        Some(Value::IntValue(i64::from(pid)))
+    );
+    let exe = std::env::current_exe().expect("exe");
+    assert_eq!(
+        resource_attr(&batch, "process.executable.path"),
+        Some(Value::StringValue(exe.display().to_string()))
+    );
+    assert_eq!(
+        resource_attr(&batch, "host.name"),
+        Some(Value::StringValue("test-host".into()))
+    );
+
+    let p = batch.profiles().next().expect("profile");
+    assert_eq!(p.samples.len(), 1);
+    assert_eq!(p.samples[0].timestamps_unix_nano.len(), 5);
+    assert_eq!((p.time_unix_nano, p.duration_nano), (10 * S, 5 * S));
+
+    let stack = stack_of(&batch, 0);
+    assert_eq!(stack.len(), 2);
+    assert!(
+        names(d, stack[0])
+            .last()
+            .is_some_and(|n| n.ends_with("engine_marker_leaf")),
+        "{:?}",
+        names(d, stack[0])
+    );
+    assert!(
+        names(d, stack[1])
+            .last()
+            .is_some_and(|n| n.ends_with("engine_marker_caller")),
+        "{:?}",
+        names(d, stack[1])
+    );
+    assert_eq!(frame_type(d, stack[0]), "native");
+    let build_id = mapping_attr(d, stack[0], "process.executable.build_id.gnu").expect("build id");
+    assert_eq!(build_id.len(), 40);
+    let stats = engine.stats();
+    assert_eq!(stats.samples_received, 5);
+    assert_eq!(stats.frames_unsymbolized, 0);
+    assert_eq!(stats.batches, 1);
+    assert!(stats.processes_tracked >= 1);
+    // Nothing since: nothing to flush.
+    assert!(engine.flush().is_none());
+}
+
+#[test]
+fn without_symbolization_frames_keep_mapping_and_file_offset() {
+    let clock = clock_at(S);
+    let config = Config {
+        symbolize: false,
+        ..Config::default()
+    };
+    let mut engine = Engine::new(config, env(clock));
+    let pid = std::process::id();
+    let leaf = engine_marker_leaf as *const () as usize as u64;
+    engine.on_sample(sample(pid, S, vec![leaf, 0x10]));
+    let batch = engine.flush().expect("batch");
+    let d = batch.dictionary();
+    let stack = stack_of(&batch, 0);
+    let loc = &d.location_table[stack[0] as usize];
+    assert!(loc.lines.is_empty(), "not symbolized");
+    let m = &d.mapping_table[loc.mapping_index as usize];
+    assert_eq!(
+        loc.address,
+        leaf - m.memory_start + m.file_offset,
+        "file-relative"
+    );
+    let exe = std::env::current_exe().expect("exe");
+    assert_eq!(
+        d.string_table[m.filename_strindex as usize],
+        exe.display().to_string()
+    );
+    assert!(mapping_attr(d, stack[0], "process.executable.build_id.gnu").is_some());
+    // 0x10 (minus one: a return address) lies in no mapping.
+    let unmapped = &d.location_table[stack[1] as usize];
+    assert_eq!((unmapped.mapping_index, unmapped.address), (0, 0xf));
+    assert_eq!(engine.stats().frames_unsymbolized, 2);
+}
+
+#[test]
+fn deep_and_truncated_stacks_end_with_a_marker() {
+    let clock = clock_at(S);
+    let config = Config {
+        symbolize: false,
+        max_stack_depth: 3,
+        ..Config::default()
+    };
+    let mut engine = Engine::new(config, env(clock));
+    let pid = std::process::id();
+    let leaf = engine_marker_leaf as *const () as usize as u64;
+    let mut s = sample(pid, S, vec![leaf; 5]);
+    s.kernel_stack = vec![0xffffffff81000000, 0xffffffff81000100];
+    s.kernel_truncated = true;
+    engine.on_sample(s);
+    let batch = engine.flush().expect("batch");
+    let d = batch.dictionary();
+    let stack = stack_of(&batch, 0);
+    let types: Vec<String> = stack.iter().map(|&l| frame_type(d, l)).collect();
+    assert_eq!(
+        types,
+        [
+            "kernel",
+            "kernel",
+            "abort-marker",
+            "native",
+            "native",
+            "native",
+            "abort-marker"
+        ]
+    );
+    assert_eq!(names(d, *stack.last().expect("last")), ["[truncated]"]);
+    // The kernel leaf keeps its address; return addresses step back one byte.
+    assert_eq!(
+        d.location_table[stack[0] as usize].address,
+        0xffffffff81000000
+    );
+    assert_eq!(
+        d.location_table[stack[1] as usize].address,
+        0xffffffff810000ff
+    );
+}
+
+#[test]
+fn filtered_processes_are_dropped_and_counted() {
+    let exe = std::env::current_exe().expect("exe");
+    let name = exe.file_name().and_then(|n| n.to_str()).expect("name");
+    let yaml = format!(
+        "exclude:\n  executable_names: ['^{}$']\n",
+        regex::escape(name)
+    );
+    let config: Config = profcol_core::config::parse_typed(
+        &profcol_core::config::parse_yaml("x", &yaml).expect("yaml"),
+    )
+    .expect("config");
+    let mut engine = Engine::new(config, env(clock_at(S)));
+    engine.on_sample(sample(std::process::id(), S, vec![0x1000]));
+    assert!(engine.flush().is_none());
+    let stats = engine.stats();
+    assert_eq!((stats.samples_received, stats.samples_filtered), (1, 1));
+    assert!(!engine.filter().allows_everything());
+}
+
+#[test]
+fn short_lived_process_is_read_lazily_and_kept_through_its_grace_period() {
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("sleep");
+    let pid = child.id();
+    let clock = clock_at(100 * S);
+    let config = Config {
+        symbolize: false,
+        process_grace_period: Duration::from_secs(30),
+        ..Config::default()
+    };
+    let mut engine = Engine::new(config, env(clock.clone()));
+    assert!(engine.processes().get(pid).is_none(), "no scan");
+    // Wait until the child has exec'd sleep (its maps are no longer ours).
+    for _ in 0..200 {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        if exe.file_name().is_some_and(|n| n == "sleep") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let exec = process::parse_maps(&maps)
+        .into_iter()
+        .find(|m| m.perms.exec && matches!(&m.path, process::MapsPath::File { .. }))
+        .expect("an executable file mapping");
+    engine.on_sample(sample(pid, 100 * S, vec![exec.start + 0x10]));
+    let p = engine.processes().get(pid).expect("read lazily");
+    assert_eq!(p.executable_name(), Some("sleep"));
+
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    engine.on_process_event(ProcessEvent::Exit { pid });
+    // A late sample of the exited process still resolves its mapping.
+    engine.on_sample(sample(pid, 100 * S + 1, vec![exec.start + 0x20]));
+    clock.set(101 * S);
+    let batch = engine.flush().expect("batch");
+    let d = batch.dictionary();
+    assert_eq!(
+        resource_attr(&batch, "process.executable.name"),
+        Some(Value::StringValue("sleep".into()))
+    );
+    let p = batch.profiles().next().expect("profile");
+    for s in &p.samples {
+        let loc = d.stack_table[s.stack_index as usize].location_indices[0];
+        assert_ne!(
+            d.location_table[loc as usize].mapping_index, 0,
+            "resolved to a mapping"
+        );
+    }
+    assert_eq!(engine.stats().processes_tracked, engine.processes().len());
+    assert!(
+        engine.processes().get(pid).is_some(),
+        "kept within the grace period"
+    );
+    clock.set(131 * S);
+    assert!(engine.flush().is_none());
+    assert!(
+        engine.processes().get(pid).is_none(),
+        "dropped after the grace period"
+    );
+}
+
+#[test]
+fn stripped_go_program_is_symbolized_end_to_end() {
+    let Some(program) = testutil::go_program() else {
+        return;
+    };
+    let running = program.start();
+    let mut engine = Engine::new(Config::default(), env(clock_at(S)));
+    engine.on_process_event(ProcessEvent::Exec { pid: running.pid() });
+    engine.on_sample(sample(running.pid(), S, vec![running.marker_pc + 4]));
+    let batch = engine.flush().expect("batch");
+    let d = batch.dictionary();
+    let stack = stack_of(&batch, 0);
+    assert_eq!(names(d, stack[0]), [testutil::GO_MARKER]);
+    assert_eq!(frame_type(d, stack[0]), "go");
+    assert!(mapping_attr(d, stack[0], "process.executable.build_id.go").is_some());
+    let line = &d.location_table[stack[0] as usize].lines[0];
+    assert!(line.line > 0);
+    let f = d.function_table[line.function_index as usize];
+    assert!(d.string_table[f.filename_strindex as usize].ends_with("main.go"));
+}
+
+#[test]
+fn kernel_frames_are_symbolized_when_kallsyms_has_addresses() {
+    let kallsyms = std::path::Path::new("/proc/kallsyms");
+    if !symbolize::kallsyms_has_addresses(kallsyms) {
+        eprintln!("skipping: /proc/kallsyms shows no addresses (not root, or kptr_restrict)");
+        return;
+    }
+    let text = std::fs::read_to_string(kallsyms).expect("kallsyms");
+    let addr = text
+        .lines()
+        .find(|l| l.ends_with(" T vfs_read"))
+        .and_then(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
+        .expect("vfs_read");
+    let mut engine = Engine::new(Config::default(), env(clock_at(S)));
+    let mut s = sample(std::process::id(), S, Vec::new());
+    s.kernel_stack = vec![addr + 4];
+    engine.on_sample(s);
+    let batch = engine.flush().expect("batch");
+    let d = batch.dictionary();
+    let stack = stack_of(&batch, 0);
+    assert_eq!(names(d, stack[0]), ["vfs_read"]);
+    assert_eq!(frame_type(d, stack[0]), "kernel");
+    let m = &d.mapping_table[d.location_table[stack[0] as usize].mapping_index as usize];
+    assert_eq!(
+        d.string_table[m.filename_strindex as usize],
+        "[kernel.kallsyms]"
+    );
+    if std::path::Path::new("/sys/kernel/notes").exists() {
+        assert_eq!(
+            mapping_attr(d, stack[0], "process.executable.build_id.gnu").map(|s| s.len()),
+            Some(40)
+        );
+    }
+}
+
+#[test]
+fn idle_samples_need_no_proc_entry() {
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            ..Config::default()
+        },
+        env(clock_at(S)),
+    );
+    let mut s = sample(0, S, Vec::new());
+    s.comm = "swapper/1".into();
+    s.kernel_stack = vec![0xffffffff81000010];
+    engine.on_sample(s);
+    let batch = engine.flush().expect("batch");
+    assert_eq!(
+        resource_attr(&batch, "process.pid"),
+        Some(Value::IntValue(0))
+    );
+    assert_eq!(
+        resource_attr(&batch, "process.executable.name"),
+        Some(Value::StringValue("swapper".into()))
+    );
+}
+
+#[test]
+fn engine_is_send() {
+    fn check<T: Send>() {}
+    check::<Engine>();
+}
+
+#[test]
+fn start_scan_reads_every_process_of_this_machine() {
+    let started = std::time::Instant::now();
+    let engine = Engine::new(
+        Config {
+            symbolize: false,
+            ..Config::default()
+        },
+        Environment::host(),
+    );
+    let me = engine
+        .processes()
+        .get(std::process::id())
+        .expect("this process was scanned");
+    assert!(me.loaded && !me.mappings.is_empty());
+    assert!(engine.processes().get(1).is_some(), "pid 1 was scanned");
+    eprintln!(
+        "scanned {} processes, {} files, in {:?}",
+        engine.stats().processes_tracked,
+        engine.processes().files_cached(),
+        started.elapsed()
+    );
+}

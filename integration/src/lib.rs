@@ -5,6 +5,7 @@
 //! missing peer fails the test instead.
 
 pub mod collector;
+pub mod otlp_json;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

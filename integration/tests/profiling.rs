@@ -1,0 +1,320 @@
+//! The eBPF `profiling` receiver end to end, as root: real programs run while the built
+//! profcol profiles the machine, and what it writes is checked against what they did.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use profcol_integration::collector::{Collector, eventually, free_port};
+use profcol_integration::otlp_json::{Resolved, read_samples};
+use profcol_integration::{have_peer, profcol_bin, repo, scratch};
+
+/// Root is what loading BPF takes here; without it these tests cannot run at all.
+fn root() -> bool {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !is_root {
+        assert!(
+            std::env::var("PROFCOL_REQUIRE_PEERS").as_deref() != Ok("1"),
+            "eBPF tests must run as root in CI"
+        );
+        eprintln!("SKIP: not root, so BPF programs cannot be loaded here");
+    }
+    is_root
+}
+
+fn build_c(dir: &Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let src = repo().join(format!("integration/peers/native/{name}.c"));
+    let ok = Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(ok.success(), "gcc {name}");
+    out
+}
+
+struct Profiled {
+    collector: Collector,
+    out: PathBuf,
+}
+
+fn start(dir: &Path, hz: u32, receiver_extra: &str) -> Profiled {
+    let (health, metrics) = (free_port(), free_port());
+    let out = dir.join("profiles.jsonl");
+    let config = format!(
+        "receivers:\n  profiling:\n    samples_per_second: {hz}\n    reporter_interval: 1s\n{receiver_extra}exporters:\n  file:\n    path: {}\n    flush_interval: 200ms\nextensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\nservice:\n  extensions: [health_check]\n  telemetry:\n    metrics:\n      address: 127.0.0.1:{metrics}\n  pipelines:\n    profiles:\n      receivers: [profiling]\n      exporters: [file]\n",
+        out.display()
+    );
+    let collector = Collector::start(dir, "profcol", &config, health, metrics);
+    Profiled { collector, out }
+}
+
+fn samples_of(out: &Path, pid: u32) -> Vec<Resolved> {
+    read_samples(out)
+        .into_iter()
+        .filter(|s| s.resource.get("process.pid").map(String::as_str) == Some(&pid.to_string()))
+        .collect()
+}
+
+fn total(samples: &[Resolved]) -> u64 {
+    samples.iter().map(|s| s.count).sum()
+}
+
+#[test]
+fn a_c_program_shows_its_call_chain_and_a_sample_count_near_hz_times_cpu() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("ebpf-c");
+    let burner = build_c(&dir, "burner");
+    let p = start(&dir, 99, "");
+    let child = Command::new(&burner)
+        .arg("2")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("burner");
+    let pid = child.id();
+    let output = child.wait_with_output().expect("burner ran");
+    assert!(output.status.success());
+    // 2 s of its own CPU at 99 Hz: about 198 samples.
+    let expected = 99.0 * 2.0;
+    assert!(
+        eventually(Duration::from_secs(10), || total(&samples_of(&p.out, pid))
+            as f64
+            >= expected * 0.85),
+        "{}",
+        p.collector.logs()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let samples = samples_of(&p.out, pid);
+    let n = total(&samples) as f64;
+    assert!(
+        (n - expected).abs() <= expected * 0.15,
+        "{n} samples, expected {expected} ± 15%"
+    );
+    let chain = ["burner_leaf", "burner_middle", "burner_outer", "main"];
+    let with_chain = samples.iter().filter(|s| {
+        let names: Vec<&str> = s
+            .frames
+            .iter()
+            .map(String::as_str)
+            .filter(|f| chain.contains(f))
+            .collect();
+        names == chain
+    });
+    assert!(
+        with_chain.map(|s| s.count).sum::<u64>() as f64 >= n * 0.8,
+        "most stacks walk leaf→middle→outer→main in order"
+    );
+    let first = &samples[0];
+    assert_eq!(
+        first
+            .resource
+            .get("process.executable.name")
+            .map(String::as_str),
+        Some("burner")
+    );
+    assert!(first.resource.contains_key("host.name"));
+    assert!(p.collector.stop().success());
+}
+
+#[test]
+fn a_stripped_go_binary_is_symbolized_from_gopclntab() {
+    if !root() || !have_peer("go", "symbolizing a stripped Go binary") {
+        return;
+    }
+    let dir = scratch("ebpf-go");
+    let bin = dir.join("gospin");
+    let ok = Command::new("go")
+        .args(["build", "-ldflags=-s -w", "-o"])
+        .arg(&bin)
+        .arg(repo().join("integration/peers/native/gospin.go"))
+        .env("GO111MODULE", "off")
+        .env("HOME", std::env::temp_dir())
+        .env("GOCACHE", dir.join("gocache"))
+        .status()
+        .expect("go build");
+    assert!(ok.success());
+    let p = start(&dir, 99, "");
+    let child = Command::new(&bin).arg("2").spawn().expect("gospin");
+    let pid = child.id();
+    assert!(child.wait_with_output().expect("ran").status.success());
+    let found = eventually(Duration::from_secs(10), || {
+        samples_of(&p.out, pid)
+            .iter()
+            .any(|s| s.frames.iter().any(|f| f == "main.gospinHotLoop"))
+    });
+    assert!(
+        found,
+        "main.gospinHotLoop not found:\n{}",
+        p.collector.logs()
+    );
+    let samples = samples_of(&p.out, pid);
+    let go_frames = samples
+        .iter()
+        .flat_map(|s| s.frame_types.iter())
+        .filter(|t| *t == "go")
+        .count();
+    assert!(go_frames > 0, "Go frames are typed go");
+    assert!(p.collector.stop().success());
+}
+
+#[test]
+fn short_lived_processes_are_attributed_to_their_executable() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("ebpf-short");
+    let burner = build_c(&dir, "burner");
+    let short = dir.join("shortburn");
+    std::fs::copy(&burner, &short).expect("copy");
+    let p = start(&dir, 199, "");
+    let mut pids = Vec::new();
+    let started = Instant::now();
+    for _ in 0..200 {
+        let out = Command::new(&short)
+            .arg("0.05")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        pids.push(out.id());
+        out.wait_with_output().expect("ran");
+    }
+    let took = started.elapsed();
+    std::thread::sleep(Duration::from_secs(3));
+    let samples = read_samples(&p.out);
+    let attributed = pids
+        .iter()
+        .filter(|pid| {
+            samples.iter().any(|s| {
+                s.resource.get("process.pid").map(String::as_str) == Some(&pid.to_string())
+                    && s.resource
+                        .get("process.executable.name")
+                        .map(String::as_str)
+                        == Some("shortburn")
+            })
+        })
+        .count();
+    assert!(
+        attributed >= 160,
+        "{attributed} of 200 short processes attributed (took {took:?})"
+    );
+    assert!(p.collector.stop().success());
+}
+
+#[test]
+fn a_syscall_heavy_program_shows_kernel_frames() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("ebpf-kernel");
+    let bin = build_c(&dir, "syscaller");
+    let p = start(&dir, 99, "");
+    let child = Command::new(&bin).arg("2").spawn().expect("syscaller");
+    let pid = child.id();
+    child.wait_with_output().expect("ran");
+    let ok = eventually(Duration::from_secs(10), || {
+        samples_of(&p.out, pid).iter().any(|s| {
+            s.frame_types.iter().any(|t| t == "kernel")
+                && s.frames.iter().any(|f| f.contains("write"))
+        })
+    });
+    assert!(
+        ok,
+        "no kernel write-path frames for the syscall-heavy program:\n{}",
+        p.collector.logs()
+    );
+    let samples = samples_of(&p.out, pid);
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.frames.iter().any(|f| f == "syscaller_write_loop")),
+        "the user caller is under the kernel frames"
+    );
+    assert!(p.collector.stop().success());
+}
+
+#[test]
+fn filters_include_and_exclude_as_configured() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("ebpf-filter");
+    let burner = build_c(&dir, "burner");
+    let wanted = dir.join("wantedburn");
+    let unwanted = dir.join("otherburn");
+    std::fs::copy(&burner, &wanted).expect("copy");
+    std::fs::copy(&burner, &unwanted).expect("copy");
+    let p = start(
+        &dir,
+        99,
+        "    include:\n      executable_names: ['^wantedburn$']\n",
+    );
+    let a = Command::new(&wanted)
+        .arg("1")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("a");
+    let b = Command::new(&unwanted)
+        .arg("1")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("b");
+    let (pa, pb) = (a.id(), b.id());
+    a.wait_with_output().expect("a ran");
+    b.wait_with_output().expect("b ran");
+    assert!(eventually(Duration::from_secs(10), || !samples_of(
+        &p.out, pa
+    )
+    .is_empty()));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        samples_of(&p.out, pb).is_empty(),
+        "excluded by the include filter"
+    );
+    let names: std::collections::BTreeSet<String> = read_samples(&p.out)
+        .iter()
+        .filter_map(|s| s.resource.get("process.executable.name").cloned())
+        .collect();
+    assert_eq!(names.into_iter().collect::<Vec<_>>(), ["wantedburn"]);
+    assert!(p.collector.stop().success());
+}
+
+#[test]
+fn without_privileges_it_says_what_is_missing() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("ebpf-unprivileged");
+    let config = dir.join("c.yaml");
+    std::fs::write(&config, "receivers:\n  profiling:\nexporters:\n  debug:\nservice:\n  pipelines:\n    profiles:\n      receivers: [profiling]\n      exporters: [debug]\n").expect("write");
+    // Drop to nobody with no capabilities.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--",
+        ])
+        .arg(profcol_bin())
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("setpriv");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("CAP_BPF") && err.contains("CAP_PERFMON") && err.contains("root"),
+        "{err}"
+    );
+}

@@ -292,19 +292,22 @@ fn short_lived_process_is_read_lazily_and_kept_through_its_grace_period() {
     };
     let mut engine = Engine::new(config, env(clock.clone()));
     assert!(engine.processes().get(pid).is_none(), "no scan");
-    // Wait until the child has exec'd sleep (its maps are no longer ours).
-    for _ in 0..200 {
+    // Wait until the child has exec'd sleep and its new image is mapped: the exe link
+    // changes before the maps are complete, and under load that gap is visible.
+    let mut exec = None;
+    for _ in 0..500 {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-        if exe.file_name().is_some_and(|n| n == "sleep") {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        exec = process::parse_maps(&maps).into_iter().find(|m| {
+            m.perms.exec
+                && matches!(&m.path, process::MapsPath::File { path, .. } if path.ends_with("sleep"))
+        });
+        if exe.file_name().is_some_and(|n| n == "sleep") && exec.is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
-    let exec = process::parse_maps(&maps)
-        .into_iter()
-        .find(|m| m.perms.exec && matches!(&m.path, process::MapsPath::File { .. }))
-        .expect("an executable file mapping");
+    let exec = exec.expect("sleep's executable mapping");
     engine.on_sample(sample(pid, 100 * S, vec![exec.start + 0x10]));
     let p = engine.processes().get(pid).expect("read lazily");
     assert_eq!(p.executable_name(), Some("sleep"));

@@ -7,6 +7,7 @@
 pub mod component;
 pub mod config;
 pub mod exporterhelper;
+pub mod net;
 pub mod pdata;
 pub mod service;
 pub mod telemetry;

@@ -11,6 +11,8 @@
 //!     max_request_body_size: 67108864
 //! ```
 
+use profcol_core::net::check_endpoint;
+
 use std::path::PathBuf;
 
 use profcol_core::config::{ConfigError, Validate};
@@ -159,36 +161,6 @@ impl Validate for Config {
     }
 }
 
-fn check_endpoint(endpoint: &str, path: &str, errors: &mut Vec<ConfigError>) {
-    if let Err(problem) = parse_endpoint(endpoint) {
-        errors.push(ConfigError::new(
-            path,
-            format!("{endpoint:?} is not host:port: {problem}"),
-        ));
-    }
-}
-
-/// Splits `host:port` (`[v6]:port`, `:port` for every interface) without resolving it.
-pub(crate) fn parse_endpoint(endpoint: &str) -> Result<(&str, u16), &'static str> {
-    let (host, port) = endpoint.rsplit_once(':').ok_or("missing \":port\"")?;
-    let host = match host.strip_prefix('[') {
-        Some(rest) => rest
-            .strip_suffix(']')
-            .ok_or("an IPv6 address needs brackets, as in [::1]:4317")?,
-        None if host.contains(':') => {
-            return Err("an IPv6 address needs brackets, as in [::1]:4317");
-        }
-        None => host,
-    };
-    if host.chars().any(|c| c.is_whitespace() || c == '/') {
-        return Err("the host has characters a host name cannot have");
-    }
-    let port = port
-        .parse::<u16>()
-        .map_err(|_| "the port must be a number from 0 to 65535")?;
-    Ok((host, port))
-}
-
 fn check_tls(tls: &TlsConfig, path: &str, errors: &mut Vec<ConfigError>) {
     for (field, value) in [("cert_file", &tls.cert_file), ("key_file", &tls.key_file)] {
         match value {
@@ -329,23 +301,5 @@ mod tests {
         );
         let e = parse("protocols:\n  http:\n    max_request_body_size: big\n").expect_err("type");
         assert_eq!(e.path, "protocols::http::max_request_body_size");
-    }
-
-    #[test]
-    fn endpoints() {
-        assert_eq!(parse_endpoint("localhost:4317"), Ok(("localhost", 4317)));
-        assert_eq!(parse_endpoint(":4317"), Ok(("", 4317)));
-        assert_eq!(parse_endpoint("[::1]:0"), Ok(("::1", 0)));
-        assert_eq!(parse_endpoint("0.0.0.0:65535"), Ok(("0.0.0.0", 65535)));
-        for bad in [
-            "localhost",
-            "localhost:",
-            "h:70000",
-            "::1:4317",
-            "[::1:4317",
-            "a b:1",
-        ] {
-            assert!(parse_endpoint(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -160,14 +160,7 @@ async fn bind(endpoint: &str, protocol: &str) -> Result<TcpListener, ComponentEr
             "otlp receiver: cannot listen on {endpoint} ({protocol}): {e}"
         ))
     };
-    let (host, port) = config::parse_endpoint(endpoint).map_err(|e| fatal(&e))?;
-    // `:4317` means every interface, as in Go.
-    let address = if host.is_empty() {
-        format!("0.0.0.0:{port}")
-    } else {
-        endpoint.to_owned()
-    };
-    TcpListener::bind(address.as_str())
+    profcol_core::net::bind_listener(endpoint)
         .await
         .map_err(|e| fatal(&e))
 }

@@ -14,6 +14,8 @@
 //!   interval: 10s
 //! ```
 
+pub(crate) use profcol_core::net::parse_endpoint;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -440,27 +442,6 @@ pub(crate) fn parse_base_url(endpoint: &str) -> Result<Uri, &'static str> {
         return Err("must not carry a query or fragment; profile paths are appended to it");
     }
     Ok(uri)
-}
-
-/// Splits `host:port` (`[v6]:port`, `:port` for every interface) without resolving it.
-pub(crate) fn parse_endpoint(endpoint: &str) -> Result<(&str, u16), &'static str> {
-    let (host, port) = endpoint.rsplit_once(':').ok_or("missing \":port\"")?;
-    let host = match host.strip_prefix('[') {
-        Some(rest) => rest
-            .strip_suffix(']')
-            .ok_or("an IPv6 address needs brackets, as in [::1]:1777")?,
-        None if host.contains(':') => {
-            return Err("an IPv6 address needs brackets, as in [::1]:1777");
-        }
-        None => host,
-    };
-    if host.chars().any(|c| c.is_whitespace() || c == '/') {
-        return Err("the host has characters a host name cannot have");
-    }
-    let port = port
-        .parse::<u16>()
-        .map_err(|_| "the port must be a number from 0 to 65535")?;
-    Ok((host, port))
 }
 
 #[cfg(test)]

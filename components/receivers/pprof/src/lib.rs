@@ -153,14 +153,7 @@ async fn bind(endpoint: &str) -> Result<TcpListener, ComponentError> {
     let fatal = |e: &dyn std::fmt::Display| {
         ComponentError::Fatal(format!("pprof receiver: cannot listen on {endpoint}: {e}"))
     };
-    let (host, port) = config::parse_endpoint(endpoint).map_err(|e| fatal(&e))?;
-    // `:1777` means every interface, as in Go.
-    let address = if host.is_empty() {
-        format!("0.0.0.0:{port}")
-    } else {
-        endpoint.to_owned()
-    };
-    TcpListener::bind(address.as_str())
+    profcol_core::net::bind_listener(endpoint)
         .await
         .map_err(|e| fatal(&e))
 }

@@ -69,15 +69,25 @@ fn init_logs(telemetry: &TelemetryConfig) -> anyhow::Result<()> {
     result.map_err(|e| anyhow::anyhow!("setting up logs: {e}"))
 }
 
+/// Binds the self-metrics endpoint; called before anything starts, so a port in use
+/// stops profcol at once (as otelcol does) instead of leaving it running unobserved.
+async fn bind_metrics(address: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = profcol_core::net::bind_listener(address)
+        .await
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("self-metrics: cannot listen on {address}"))?;
+    let shown = listener
+        .local_addr()
+        .map_or_else(|_| address.to_owned(), |a| a.to_string());
+    tracing::info!(address = %shown, "self-metrics at /metrics");
+    Ok(listener)
+}
+
 async fn serve_metrics(
-    address: String,
+    listener: tokio::net::TcpListener,
     telemetry: Telemetry,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(&address)
-        .await
-        .with_context(|| format!("self-metrics: cannot listen on {address}"))?;
-    tracing::info!(address = %listener.local_addr().map(|a| a.to_string()).unwrap_or(address), "self-metrics at /metrics");
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {
@@ -146,8 +156,12 @@ pub fn run(configs: &[String], feature_gates: &[String]) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)?
         {
             Some(address) => {
-                let listener = serve_metrics(address, telemetry.clone(), stop.clone());
-                Some(tokio::spawn(listener))
+                let listener = bind_metrics(&address).await?;
+                Some(tokio::spawn(serve_metrics(
+                    listener,
+                    telemetry.clone(),
+                    stop.clone(),
+                )))
             }
             None => None,
         };

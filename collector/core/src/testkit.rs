@@ -109,6 +109,8 @@ pub struct SourceConfig {
     pub service: String,
     pub batches: usize,
     pub samples_per_batch: usize,
+    /// Never return after shutdown (a misbehaving receiver).
+    pub ignore_shutdown: bool,
 }
 impl Validate for SourceConfig {}
 
@@ -151,6 +153,9 @@ impl Receiver for Source {
                     return Ok(());
                 }
             }
+        }
+        if self.0.ignore_shutdown {
+            std::future::pending::<()>().await;
         }
         ctx.shutdown.cancelled().await;
         Ok(())

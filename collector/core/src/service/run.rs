@@ -269,7 +269,13 @@ pub async fn run(
     receivers_stop.cancel();
     let deadline = Instant::now() + options.shutdown_timeout;
     for task in receiver_tasks {
-        let _ = tokio::time::timeout_at(deadline, task).await;
+        let abort = task.abort_handle();
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
+            // A receiver that will not stop holds its pipelines' entrances open; dropping
+            // it lets them flush and the exporters drain.
+            tracing::warn!("a receiver did not stop within the shutdown timeout; aborting it");
+            abort.abort();
+        }
     }
     for task in pipeline_tasks {
         let _ = tokio::time::timeout_at(deadline, task).await;

@@ -166,6 +166,49 @@ service:
     .await;
 }
 
+#[tokio::test]
+async fn a_receiver_that_ignores_shutdown_is_aborted_and_pipelines_still_flush() {
+    let config = load_yaml(
+        r#"
+receivers:
+  test_source: {service: stuck, batches: 2, samples_per_batch: 3, ignore_shutdown: true}
+processors:
+  test_hold:
+exporters:
+  test_sink: {name: stubborn}
+service:
+  pipelines:
+    profiles: {receivers: [test_source], processors: [test_hold], exporters: [test_sink]}
+"#,
+    )
+    .expect("valid");
+    let stop = CancellationToken::new();
+    let options = ServiceOptions {
+        shutdown_timeout: Duration::from_millis(300),
+        ..ServiceOptions::default()
+    };
+    let reg = registry();
+    let s = stop.clone();
+    let service = tokio::spawn(async move {
+        run(config, &reg, Telemetry::new(), Status::new(), s, options).await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(2), service)
+        .await
+        .expect("stops despite the receiver")
+        .expect("joined")
+        .expect("ran");
+    // What the hold processor kept was flushed once the receiver was gone.
+    assert_eq!(
+        sink_contents("stubborn")
+            .iter()
+            .map(|b| b.sample_count())
+            .sum::<usize>(),
+        6
+    );
+}
+
 #[test]
 fn every_config_error_is_reported_with_its_path() {
     let errors = load_yaml(
@@ -193,7 +236,7 @@ service:
     assert_eq!(
         text,
         [
-            "receivers::test_source::batchs: unknown field `batchs`, expected one of `service`, `batches`, `samples_per_batch`",
+            "receivers::test_source::batchs: unknown field `batchs`, expected one of `service`, `batches`, `samples_per_batch`, `ignore_shutdown`",
             "receivers::nope: unknown receiver type \"nope\"; known types: test_source",
             "service::extensions[0]: references extension \"health_check\", which is not defined under extensions",
             "service::pipelines::profiles::receivers[1]: test_source is listed twice",

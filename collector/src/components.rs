@@ -13,7 +13,8 @@ pub fn registry() -> Result<Registry, DuplicateType> {
         ))?;
     r.processor(profcol_processor_batch::BatchFactory)?
         .processor(profcol_processor_memory_limiter::MemoryLimiterFactory)?
-        .processor(profcol_processor_resource::ResourceFactory)?;
+        .processor(profcol_processor_resource::ResourceFactory)?
+        .processor(profcol_processor_service_name::ServiceNameFactory)?;
     r.exporter(profcol_exporter_otlp::OtlpExporterFactory)?
         .exporter(profcol_exporter_otlp::OtlpHttpExporterFactory)?
         .exporter(profcol_exporter_pprof::PprofExporterFactory)?

@@ -1,0 +1,116 @@
+//! The service_name processor's config.
+
+use profcol_core::config::{ConfigError, Validate};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Read `OTEL_SERVICE_NAME` / `OTEL_RESOURCE_ATTRIBUTES` from `/proc/PID/environ` of
+    /// the resource's `process.pid`, when the process runs on this host.
+    pub from_process_environment: bool,
+    /// `plain` or `semconv`: how names derived from the executable are written.
+    pub format: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            from_process_environment: true,
+            format: "plain".to_owned(),
+        }
+    }
+}
+
+/// How a name derived from the executable (and the no-name case) is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The executable name as is; `unknown_service` when nothing is known.
+    Plain,
+    /// `unknown_service:<executable>`; `unknown_service` when nothing is known.
+    Semconv,
+}
+
+impl Config {
+    /// The validated `format`.
+    pub fn format(&self) -> Result<Format, ConfigError> {
+        match self.format.as_str() {
+            "plain" => Ok(Format::Plain),
+            "semconv" => Ok(Format::Semconv),
+            other => Err(ConfigError::new(
+                "format",
+                format!("unknown format {other:?}; expected plain or semconv"),
+            )),
+        }
+    }
+}
+
+impl Validate for Config {
+    fn validate(&self) -> Vec<ConfigError> {
+        self.format().err().into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profcol_core::config::{Value, parse_typed, parse_yaml};
+
+    fn load(path: &str) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(format!("{}/testdata/{path}", env!("CARGO_MANIFEST_DIR")))
+                .expect("testdata");
+        parse_typed(&parse_yaml(path, &text).expect("yaml"))
+    }
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        parse_typed(&parse_yaml("test", text).expect("yaml"))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse_typed::<Config>(&Value::Null).expect("null");
+        assert!(c.from_process_environment);
+        assert_eq!(c.format().expect("valid"), Format::Plain);
+        assert!(c.validate().is_empty());
+        assert_eq!(parse("{}").expect("empty"), Config::default());
+    }
+
+    #[test]
+    fn testdata_config_parses() {
+        let c = load("config.yaml").expect("valid");
+        assert_eq!(
+            c,
+            Config {
+                from_process_environment: false,
+                format: "semconv".into(),
+            }
+        );
+        assert_eq!(c.format().expect("valid"), Format::Semconv);
+        assert!(c.validate().is_empty());
+    }
+
+    #[test]
+    fn typo_names_its_path() {
+        let e = load("typo.yaml").expect_err("typo");
+        assert_eq!(e.path, "from_proces_environment");
+        assert!(
+            e.message
+                .starts_with("unknown field `from_proces_environment`"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn format_is_validated() {
+        let c = parse("format: Semconv").expect("parses");
+        let errors: Vec<String> = c.validate().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            errors,
+            vec!["format: unknown format \"Semconv\"; expected plain or semconv"]
+        );
+        let e = parse("from_process_environment: maybe").expect_err("not a bool");
+        assert_eq!(e.path, "from_process_environment");
+    }
+}

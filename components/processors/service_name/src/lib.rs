@@ -1,0 +1,80 @@
+//! `service_name`: gives every resource a `service.name`, never overwriting one that is
+//! set. The name comes from the process's own `OTEL_SERVICE_NAME` /
+//! `OTEL_RESOURCE_ATTRIBUTES` (read from `/proc/PID/environ`), then Kubernetes workload
+//! names, then the executable.
+
+mod config;
+mod environ;
+mod processor;
+
+use profcol_core::component::{
+    BuildError, Processor, ProcessorCreateContext, ProcessorFactory, Stability,
+};
+
+pub use config::{Config, Format};
+pub use environ::{EnvironCache, parse_resource_attributes_service_name, percent_decode};
+pub use processor::{K8S_PRECEDENCE, ServiceNameProcessor};
+
+pub struct ServiceNameFactory;
+
+impl ProcessorFactory for ServiceNameFactory {
+    type Config = Config;
+
+    fn type_name(&self) -> &'static str {
+        "service_name"
+    }
+
+    fn stability(&self) -> Stability {
+        Stability::Development
+    }
+
+    fn create(
+        &self,
+        config: Config,
+        ctx: &ProcessorCreateContext,
+    ) -> Result<Box<dyn Processor>, BuildError> {
+        let format = config
+            .format()
+            .map_err(|e| BuildError::new(&ctx.base.id, e.to_string()))?;
+        let environ = config.from_process_environment.then(EnvironCache::new);
+        Ok(Box::new(ServiceNameProcessor::new(format, environ)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profcol_core::component::{ComponentId, CreateContext, ErasedProcessorFactory, PipelineId};
+    use profcol_core::config::parse_yaml;
+    use profcol_core::pdata::ProfileBatch;
+    use profcol_core::telemetry::Telemetry;
+
+    #[tokio::test]
+    async fn factory_parses_validates_and_creates() {
+        let f = ServiceNameFactory;
+        assert_eq!(ProcessorFactory::type_name(&f), "service_name");
+        assert_eq!(ProcessorFactory::stability(&f), Stability::Development);
+        let bad = parse_yaml("t", "format: fancy").expect("yaml");
+        let errors = ErasedProcessorFactory::parse(&f, &bad)
+            .err()
+            .expect("invalid");
+        assert_eq!(errors[0].path, "format");
+        let good = parse_yaml("t", "format: semconv").expect("yaml");
+        let parsed = ErasedProcessorFactory::parse(&f, &good).expect("valid");
+        let ctx = ProcessorCreateContext {
+            base: CreateContext {
+                id: ComponentId::new("service_name", None),
+                telemetry: Telemetry::new(),
+                storage: Default::default(),
+            },
+            pipeline: PipelineId::parse("profiles").expect("pipeline id"),
+        };
+        let mut p = ErasedProcessorFactory::create(&f, &parsed, &ctx).expect("create");
+        assert_eq!(p.tick_interval(), None);
+        let mut out = Vec::new();
+        p.process(ProfileBatch::empty(), &mut out)
+            .await
+            .expect("process");
+        assert_eq!(out, vec![ProfileBatch::empty()]);
+    }
+}

@@ -48,10 +48,28 @@ struct Profiled {
 }
 
 fn start(dir: &Path, hz: u32, receiver_extra: &str) -> Profiled {
+    start_with(dir, hz, receiver_extra, "")
+}
+
+/// `processors` is a YAML flow list of processor ids (each defined with defaults).
+fn start_with(dir: &Path, hz: u32, receiver_extra: &str, processors: &str) -> Profiled {
     let (health, metrics) = (free_port(), free_port());
     let out = dir.join("profiles.jsonl");
+    let (defined, listed) = if processors.is_empty() {
+        (String::new(), String::new())
+    } else {
+        let ids: Vec<&str> = processors.split(',').map(str::trim).collect();
+        let defined = ids
+            .iter()
+            .map(|id| format!("  {id}:\n"))
+            .collect::<String>();
+        (
+            format!("processors:\n{defined}"),
+            format!("      processors: [{processors}]\n"),
+        )
+    };
     let config = format!(
-        "receivers:\n  profiling:\n    samples_per_second: {hz}\n    reporter_interval: 1s\n{receiver_extra}exporters:\n  file:\n    path: {}\n    flush_interval: 200ms\nextensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\nservice:\n  extensions: [health_check]\n  telemetry:\n    metrics:\n      address: 127.0.0.1:{metrics}\n  pipelines:\n    profiles:\n      receivers: [profiling]\n      exporters: [file]\n",
+        "receivers:\n  profiling:\n    samples_per_second: {hz}\n    reporter_interval: 1s\n{receiver_extra}{defined}exporters:\n  file:\n    path: {}\n    flush_interval: 200ms\nextensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\nservice:\n  extensions: [health_check]\n  telemetry:\n    metrics:\n      address: 127.0.0.1:{metrics}\n  pipelines:\n    profiles:\n      receivers: [profiling]\n{listed}      exporters: [file]\n",
         out.display()
     );
     let collector = Collector::start(dir, "profcol", &config, health, metrics);
@@ -317,4 +335,52 @@ fn without_privileges_it_says_what_is_missing() {
         err.contains("CAP_BPF") && err.contains("CAP_PERFMON") && err.contains("root"),
         "{err}"
     );
+}
+
+#[test]
+fn service_name_comes_from_the_process_environment_or_its_executable() {
+    if !root() {
+        return;
+    }
+    let dir = scratch("ebpf-service-name");
+    let burner = build_c(&dir, "burner");
+    let p = start_with(&dir, 99, "", "service_name");
+    let named = Command::new(&burner)
+        .arg("1")
+        .env("OTEL_SERVICE_NAME", "checkout")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("named");
+    let from_attributes = Command::new(&burner)
+        .arg("1")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "team=x,service.name=cart%20api")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("attributes");
+    let plain = Command::new(&burner)
+        .arg("1")
+        .env_remove("OTEL_SERVICE_NAME")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("plain");
+    let pids = [named.id(), from_attributes.id(), plain.id()];
+    for c in [named, from_attributes, plain] {
+        c.wait_with_output().expect("ran");
+    }
+    let service = |pid: u32| {
+        samples_of(&p.out, pid)
+            .first()
+            .and_then(|s| s.resource.get("service.name").cloned())
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || pids
+            .iter()
+            .all(|&pid| service(pid).is_some())),
+        "{}",
+        p.collector.logs()
+    );
+    assert_eq!(service(pids[0]).as_deref(), Some("checkout"));
+    assert_eq!(service(pids[1]).as_deref(), Some("cart api"));
+    assert_eq!(service(pids[2]).as_deref(), Some("burner"));
+    assert!(p.collector.stop().success());
 }

@@ -57,6 +57,11 @@ pub struct Config {
     /// How long an exited process is kept, so that its late samples still resolve.
     #[serde(with = "duration")]
     pub process_grace_period: Duration,
+    /// Environment variables read from each process when it is first seen and added as
+    /// `process.environment_variable.<NAME>` resource attributes (the OTel eBPF profiler's
+    /// `include_env_vars`). The default lets the service_name processor name even
+    /// processes that exit before their profile is sent.
+    pub include_env_vars: Vec<String>,
 }
 
 impl Default for Config {
@@ -69,6 +74,10 @@ impl Default for Config {
             exclude: ProcessSelector::default(),
             max_stack_depth: MAX_STACK_DEPTH,
             process_grace_period: DEFAULT_PROCESS_GRACE_PERIOD,
+            include_env_vars: vec![
+                "OTEL_SERVICE_NAME".into(),
+                "OTEL_RESOURCE_ATTRIBUTES".into(),
+            ],
         }
     }
 }

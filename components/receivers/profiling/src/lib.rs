@@ -194,7 +194,8 @@ impl Engine {
     pub fn new(config: Config, env: Environment) -> Self {
         let now = env.clock.now_unix_nano();
         let filter = Filter::new(&config);
-        let mut table = ProcessTable::new(env.procfs.clone(), config.process_grace_period, filter);
+        let mut table = ProcessTable::new(env.procfs.clone(), config.process_grace_period, filter)
+            .with_env_vars(&config.include_env_vars);
         if env.scan_at_start {
             let n = table.scan(now);
             tracing::debug!(processes = n, "read /proc");

@@ -65,6 +65,7 @@ pub struct ResourceInfo {
     pub executable_name: Option<String>,
     pub executable_path: Option<String>,
     pub container_id: Option<String>,
+    pub env: Vec<(String, String)>,
 }
 
 impl ResourceInfo {
@@ -74,6 +75,7 @@ impl ResourceInfo {
             executable_name: p.executable_name().map(str::to_owned),
             executable_path: p.exe_path.clone(),
             container_id: p.container_id.clone(),
+            env: p.env.clone(),
         }
     }
 }
@@ -390,6 +392,12 @@ fn resource_attributes(info: &ResourceInfo, meta: &BatchMeta) -> Vec<KeyValue> {
     if let Some(host) = &meta.host_name {
         attrs.push(kv(attr::HOST_NAME, Value::StringValue(host.clone())));
     }
+    for (name, value) in &info.env {
+        attrs.push(kv(
+            &format!("process.environment_variable.{name}"),
+            Value::StringValue(value.clone()),
+        ));
+    }
     attrs
 }
 
@@ -671,12 +679,14 @@ mod tests {
             executable_name: Some("server".into()),
             executable_path: Some("/app/server".into()),
             container_id: Some("c".repeat(64)),
+            env: Vec::new(),
         });
         let other = b.resource(ResourceInfo {
             pid: 43,
             executable_name: Some("bash".into()),
             executable_path: Some("/usr/bin/bash".into()),
             container_id: None,
+            env: Vec::new(),
         });
         let go = b.mapping(42, &mapping(0x400000, true));
         let libc = b.mapping(42, &mapping(0x7f0000000000, false));
@@ -900,6 +910,7 @@ mod tests {
             executable_name: None,
             executable_path: None,
             container_id: None,
+            env: Vec::new(),
         });
         b.add(r, Vec::new(), 1, "t", 0, 900);
         b.add(r, Vec::new(), 1, "t", 0, 2500);

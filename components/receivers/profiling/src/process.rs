@@ -354,6 +354,8 @@ pub struct Process {
     pub exited_at: Option<u64>,
     /// `/proc/<pid>/stat` start time, to tell a reused pid from the process we knew.
     pub start_time: Option<u64>,
+    /// The selected environment variables, read while the process was alive.
+    pub env: Vec<(String, String)>,
     maps_read_at: u64,
 }
 
@@ -365,6 +367,7 @@ impl Process {
             comm: String::new(),
             exe_path: None,
             container_id: None,
+            env: Vec::new(),
             mappings: Vec::new(),
             loaded: false,
             allowed: true,
@@ -425,6 +428,20 @@ impl FileCache {
 }
 
 /// Every process the receiver knows of.
+/// The `NAME=value` pairs of a NUL-separated environ block whose names are in `names`.
+fn select_env(raw: &[u8], names: &[String]) -> Vec<(String, String)> {
+    raw.split(|&b| b == 0)
+        .filter_map(|entry| {
+            let text = String::from_utf8_lossy(entry);
+            let (name, value) = text.split_once('=')?;
+            names
+                .iter()
+                .any(|n| n == name)
+                .then(|| (name.to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
 #[derive(Debug)]
 pub struct ProcessTable {
     procfs: ProcFs,
@@ -432,6 +449,8 @@ pub struct ProcessTable {
     processes: HashMap<u32, Process>,
     grace_ns: u64,
     filter: Filter,
+    /// Environment variables to keep from each process.
+    env_vars: Vec<String>,
 }
 
 impl ProcessTable {
@@ -442,6 +461,7 @@ impl ProcessTable {
             processes: HashMap::new(),
             grace_ns: u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX),
             filter,
+            env_vars: Vec::new(),
         }
     }
 
@@ -601,12 +621,23 @@ impl ProcessTable {
             .ok()
             .and_then(|c| container_id_from_cgroup(&c));
         p.allowed = self.filter.allows(&p);
+        if p.allowed && !self.env_vars.is_empty() {
+            p.env = fs::read(self.procfs.pid_path(pid, "environ"))
+                .map(|raw| select_env(&raw, &self.env_vars))
+                .unwrap_or_default();
+        }
         if p.allowed
             && let Ok(maps) = fs::read_to_string(self.procfs.pid_path(pid, "maps"))
         {
             p.mappings = self.mappings_from(pid, &maps);
         }
         p
+    }
+
+    /// Keeps the named environment variables from now on (read when a process is first seen).
+    pub fn with_env_vars(mut self, names: &[String]) -> Self {
+        self.env_vars = names.to_vec();
+        self
     }
 
     /// The executable mappings (and the vDSO) of `maps`, with their files' ids.
@@ -664,6 +695,27 @@ fn idle_process() -> Process {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selected_environment_variables_are_kept() {
+        let raw = b"PATH=/bin\0OTEL_SERVICE_NAME=checkout\0X=a=b\0\0OTEL_RESOURCE_ATTRIBUTES=service.name=cart\0";
+        let names = [
+            "OTEL_SERVICE_NAME".to_owned(),
+            "X".to_owned(),
+            "OTEL_RESOURCE_ATTRIBUTES".to_owned(),
+        ];
+        assert_eq!(
+            select_env(raw, &names),
+            [
+                ("OTEL_SERVICE_NAME".to_owned(), "checkout".to_owned()),
+                ("X".to_owned(), "a=b".to_owned()),
+                (
+                    "OTEL_RESOURCE_ATTRIBUTES".to_owned(),
+                    "service.name=cart".to_owned()
+                ),
+            ]
+        );
+    }
 
     const ID: &str = "9b6a3f1c2d4e5f60718293a4b5c6d7e8f90123456789abcdef0123456789abcd";
 

@@ -3,6 +3,7 @@
 //! export attempt), and counts what it sends, fails and cannot queue.
 
 mod layers;
+mod periodic;
 mod queue;
 mod settings;
 
@@ -13,6 +14,7 @@ use std::time::Duration;
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 pub use layers::{Backoff, ExportService, TimeoutLayer};
+pub use periodic::PeriodicTask;
 pub use settings::{ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks};
 
 use crate::component::{ComponentId, ExportError, Exporter};

@@ -11,17 +11,17 @@ mod title;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use profcol_core::component::{
     BuildError, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
 };
-use profcol_core::exporterhelper::{ExporterHelperSettings, QueueSettings, RetrySettings};
+use profcol_core::exporterhelper::{
+    ExporterHelperSettings, PeriodicTask, QueueSettings, RetrySettings,
+};
 use profcol_core::pdata::ProfileBatch;
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 
 pub use config::Config;
 pub use folded::UNKNOWN_SERVICE;
@@ -68,25 +68,18 @@ impl ExporterFactory for FlamegraphExporterFactory {
     }
 }
 
-enum Flusher {
-    Idle,
-    Running(JoinHandle<()>),
-    Stopped,
-}
-
 struct Inner {
     id: String,
     interval: Duration,
     accumulator: StdMutex<Accumulator>,
     /// Held for a whole flush, so flushes never overlap.
     store: Arc<StdMutex<Store>>,
-    stop: Notify,
     closed: AtomicBool,
 }
 
 pub(crate) struct FlamegraphExporter {
     inner: Arc<Inner>,
-    flusher: StdMutex<Flusher>,
+    flusher: PeriodicTask,
 }
 
 impl FlamegraphExporter {
@@ -103,47 +96,32 @@ impl FlamegraphExporter {
                 interval: config.interval,
                 accumulator: StdMutex::default(),
                 store: Arc::new(StdMutex::new(store)),
-                stop: Notify::new(),
                 closed: AtomicBool::new(false),
             }),
-            flusher: StdMutex::new(Flusher::Idle),
+            flusher: PeriodicTask::new(),
         })
     }
 
     fn ensure_flusher(&self) {
-        let mut state = self.flusher.lock().unwrap_or_else(PoisonError::into_inner);
-        if matches!(*state, Flusher::Idle) {
-            *state = Flusher::Running(tokio::spawn(flush_loop(
-                Arc::downgrade(&self.inner),
-                self.inner.interval,
-            )));
-        }
+        self.flusher.ensure_started(
+            &self.inner,
+            self.inner.interval,
+            |inner: Arc<Inner>| async move {
+                let has_data = !inner
+                    .accumulator
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_empty();
+                if has_data {
+                    // Failures are logged inside; the next interval starts afresh.
+                    let _ = inner.flush().await;
+                }
+            },
+        );
     }
 
     async fn stop_flusher(&self) {
-        let handle = {
-            let mut state = self.flusher.lock().unwrap_or_else(PoisonError::into_inner);
-            match std::mem::replace(&mut *state, Flusher::Stopped) {
-                Flusher::Running(handle) => Some(handle),
-                _ => None,
-            }
-        };
-        if let Some(handle) = handle {
-            self.inner.stop.notify_one();
-            let _ = handle.await;
-        }
-    }
-}
-
-impl Drop for FlamegraphExporter {
-    fn drop(&mut self) {
-        let state = self
-            .flusher
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Flusher::Running(handle) = state {
-            handle.abort();
-        }
+        self.flusher.stop().await;
     }
 }
 
@@ -207,36 +185,6 @@ impl Exporter for FlamegraphExporter {
         }
         self.stop_flusher().await;
         self.inner.flush().await.map(|_| ())
-    }
-}
-
-/// Flushes every `every` until stopped or the exporter is gone.
-async fn flush_loop(inner: Weak<Inner>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        let stop = {
-            let Some(inner) = inner.upgrade() else { return };
-            let stopped = async move { inner.stop.notified().await };
-            tokio::select! {
-                _ = tick.tick() => false,
-                () = stopped => true,
-            }
-        };
-        if stop {
-            return;
-        }
-        let Some(inner) = inner.upgrade() else { return };
-        let has_data = !inner
-            .accumulator
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty();
-        if has_data {
-            // Failures are logged inside; the next interval starts afresh.
-            let _ = inner.flush().await;
-        }
     }
 }
 

@@ -14,12 +14,13 @@ mod push;
 mod template;
 mod timefmt;
 
+use profcol_core::exporterhelper::PeriodicTask;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -33,8 +34,6 @@ use profcol_core::pdata::pprof::{ToPprofOptions, batch_to_pprof};
 use profcol_core::pdata::types::{KeyValue, Value};
 use profcol_core::pdata::{ProfileBatch, semconv};
 use prost::Message;
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 
 pub use config::{Config, DEFAULT_FILE_NAME};
 pub use push::SPY_NAME;
@@ -223,13 +222,6 @@ impl Delivered {
     }
 }
 
-/// The background flusher of `interval` mode.
-enum Flusher {
-    Idle,
-    Running(JoinHandle<()>),
-    Stopped,
-}
-
 /// An output still owed to some sink at the next flush.
 struct Owed {
     output: Output,
@@ -251,13 +243,12 @@ struct Inner {
     retry_later: StdMutex<VecDeque<Owed>>,
     /// Serializes flushes.
     flushing: tokio::sync::Mutex<()>,
-    stop: Notify,
     closed: AtomicBool,
 }
 
 pub(crate) struct PprofExporter {
     inner: Arc<Inner>,
-    flusher: StdMutex<Flusher>,
+    flusher: PeriodicTask,
 }
 
 impl PprofExporter {
@@ -290,48 +281,26 @@ impl PprofExporter {
                 window: StdMutex::default(),
                 retry_later: StdMutex::default(),
                 flushing: tokio::sync::Mutex::new(()),
-                stop: Notify::new(),
                 closed: AtomicBool::new(false),
             }),
-            flusher: StdMutex::new(Flusher::Idle),
+            flusher: PeriodicTask::new(),
         })
     }
 
     fn ensure_flusher(&self) {
-        let mut state = self.flusher.lock().unwrap_or_else(PoisonError::into_inner);
-        if matches!(*state, Flusher::Idle) {
-            *state = Flusher::Running(tokio::spawn(flush_loop(
-                Arc::downgrade(&self.inner),
-                self.inner.interval,
-            )));
-        }
+        self.flusher.ensure_started(
+            &self.inner,
+            self.inner.interval,
+            |inner: Arc<Inner>| async move {
+                // Failures are logged and owed to the next flush inside.
+                let _ = inner.flush(false).await;
+            },
+        );
     }
 
     /// Stops the flusher after the flush it may be doing.
     async fn stop_flusher(&self) {
-        let handle = {
-            let mut state = self.flusher.lock().unwrap_or_else(PoisonError::into_inner);
-            match std::mem::replace(&mut *state, Flusher::Stopped) {
-                Flusher::Running(handle) => Some(handle),
-                _ => None,
-            }
-        };
-        if let Some(handle) = handle {
-            self.inner.stop.notify_one();
-            let _ = handle.await;
-        }
-    }
-}
-
-impl Drop for PprofExporter {
-    fn drop(&mut self) {
-        let state = self
-            .flusher
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Flusher::Running(handle) = state {
-            handle.abort();
-        }
+        self.flusher.stop().await;
     }
 }
 
@@ -575,29 +544,6 @@ impl Exporter for PprofExporter {
             return Ok(());
         }
         self.inner.flush(true).await
-    }
-}
-
-/// Flushes every `every` until stopped or the exporter is gone.
-async fn flush_loop(inner: Weak<Inner>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        let stop = {
-            let Some(inner) = inner.upgrade() else { return };
-            let stopped = async move { inner.stop.notified().await };
-            tokio::select! {
-                _ = tick.tick() => false,
-                () = stopped => true,
-            }
-        };
-        if stop {
-            return;
-        }
-        let Some(inner) = inner.upgrade() else { return };
-        // Failures are logged and owed to the next flush inside.
-        let _ = inner.flush(false).await;
     }
 }
 

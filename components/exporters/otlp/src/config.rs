@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::HeaderMap;
 use http::uri::{Scheme, Uri};
 use profcol_core::config::{ConfigError, Validate, duration};
 use profcol_core::exporterhelper::{
@@ -390,56 +390,10 @@ fn parse_http_url(text: &str, append_profiles_path: bool) -> Result<Uri, String>
     Uri::from_parts(parts).map_err(|e| format!("{text:?} is not a valid URL: {e}"))
 }
 
-/// Headers the transports set themselves; configuring them would break the protocol.
-const RESERVED_HEADERS: &[&str] = &[
-    "content-type",
-    "content-encoding",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "host",
-    "te",
-    "upgrade",
-];
-
-/// The configured headers as a header map; errors at `headers::<name>`.
+/// The configured headers as a header map; errors at `headers::<name>`. gRPC's own
+/// `grpc-*` headers are refused too.
 pub(crate) fn header_map(
     headers: &BTreeMap<String, String>,
 ) -> Result<HeaderMap, Vec<ConfigError>> {
-    let mut map = HeaderMap::new();
-    let mut errors = Vec::new();
-    for (name, value) in headers {
-        let path = format!("headers::{name}");
-        let parsed = match HeaderName::from_bytes(name.as_bytes()) {
-            Ok(n) => n,
-            Err(_) => {
-                errors.push(ConfigError::new(path, "not a valid header name"));
-                continue;
-            }
-        };
-        if RESERVED_HEADERS.contains(&parsed.as_str()) || parsed.as_str().starts_with("grpc-") {
-            errors.push(ConfigError::new(
-                path,
-                "is set by the exporter itself and cannot be configured",
-            ));
-            continue;
-        }
-        match HeaderValue::from_str(value) {
-            Ok(mut v) => {
-                if parsed == http::header::AUTHORIZATION {
-                    v.set_sensitive(true);
-                }
-                map.insert(parsed, v);
-            }
-            Err(_) => errors.push(ConfigError::new(
-                path,
-                "not a valid header value (visible ASCII only)",
-            )),
-        }
-    }
-    if errors.is_empty() {
-        Ok(map)
-    } else {
-        Err(errors)
-    }
+    profcol_core::net::header_map(headers, &["grpc-"])
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use http::uri::{Scheme, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
@@ -81,55 +81,11 @@ impl Endpoint {
     }
 }
 
-/// Headers the client sets itself.
-const RESERVED_HEADERS: &[&str] = &[
-    "content-type",
-    "content-encoding",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "host",
-    "te",
-    "upgrade",
-];
-
 /// The configured headers as a header map; errors at `headers::<name>`.
 pub(crate) fn header_map(
     headers: &BTreeMap<String, String>,
 ) -> Result<HeaderMap, Vec<ConfigError>> {
-    let mut map = HeaderMap::new();
-    let mut errors = Vec::new();
-    for (name, value) in headers {
-        let path = format!("headers::{name}");
-        let Ok(parsed) = HeaderName::from_bytes(name.as_bytes()) else {
-            errors.push(ConfigError::new(path, "not a valid header name"));
-            continue;
-        };
-        if RESERVED_HEADERS.contains(&parsed.as_str()) {
-            errors.push(ConfigError::new(
-                path,
-                "is set by the exporter itself and cannot be configured",
-            ));
-            continue;
-        }
-        match HeaderValue::from_str(value) {
-            Ok(mut v) => {
-                if parsed == http::header::AUTHORIZATION {
-                    v.set_sensitive(true);
-                }
-                map.insert(parsed, v);
-            }
-            Err(_) => errors.push(ConfigError::new(
-                path,
-                "not a valid header value (visible ASCII only)",
-            )),
-        }
-    }
-    if errors.is_empty() {
-        Ok(map)
-    } else {
-        Err(errors)
-    }
+    profcol_core::net::header_map(headers, &[])
 }
 
 /// One profile to push.

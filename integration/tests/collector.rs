@@ -433,3 +433,28 @@ fn a_full_pipeline_pushes_back_with_429_and_drops_nothing_silently() {
     assert_eq!(refused, 66.0);
     c.kill();
 }
+
+#[test]
+fn an_oversize_otlp_request_gets_413_and_the_next_one_goes_through() {
+    let dir = scratch("otlp-oversize");
+    let out = dir.join("out.jsonl");
+    let p = ports();
+    let config = sink_config(&p, &out).replace(
+        &format!("endpoint: 127.0.0.1:{}\n", p.http),
+        &format!(
+            "endpoint: 127.0.0.1:{}\n        max_request_body_size: 1048576\n",
+            p.http
+        ),
+    );
+    let c = Collector::start(&dir, "c", &config, p.health, p.metrics);
+    // Far over the limit and over what socket buffers hold: the answer must still arrive
+    // rather than a reset connection.
+    let big = vec![0u8; 16 << 20];
+    assert_eq!(post_otlp(p.http, &big), 413);
+    let (body, samples) = payload();
+    assert_eq!(post_otlp(p.http, &body), 200);
+    assert!(eventually(Duration::from_secs(10), || samples_in_jsonl(
+        &out
+    ) == samples));
+    assert!(c.stop().success());
+}

@@ -155,7 +155,11 @@ impl hyper::service::Service<Request<Incoming>> for HttpEndpoint {
 impl Inner {
     async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
         let encoding = content_type(request.headers());
-        match self.export(request, encoding.clone()).await {
+        let (parts, mut body) = request.into_parts();
+        let outcome = self.export(&parts, &mut body, encoding.clone()).await;
+        // A refused request may still be arriving; the client must get to read the answer.
+        profcol_core::net::discard_rest(body);
+        match outcome {
             Ok(encoding) => success(encoding),
             Err(e) => {
                 tracing::debug!(error = %e, "otlp receiver: HTTP request refused");
@@ -166,27 +170,27 @@ impl Inner {
 
     async fn export(
         &self,
-        request: Request<Incoming>,
+        parts: &http::request::Parts,
+        body: &mut Incoming,
         encoding: Result<Encoding, String>,
     ) -> Result<Encoding, HttpError> {
-        if request.uri().path() != PROFILES_PATH {
-            return Err(HttpError::NotFound(request.uri().path().to_owned()));
+        if parts.uri.path() != PROFILES_PATH {
+            return Err(HttpError::NotFound(parts.uri.path().to_owned()));
         }
-        if request.method() != Method::POST {
-            return Err(HttpError::MethodNotAllowed(request.method().clone()));
+        if parts.method != Method::POST {
+            return Err(HttpError::MethodNotAllowed(parts.method.clone()));
         }
         let encoding = encoding.map_err(HttpError::UnsupportedMediaType)?;
-        let coding = content_coding(request.headers())?;
+        let coding = content_coding(&parts.headers)?;
         let limit = self.max_body_size;
-        let declared = request
-            .headers()
+        let declared = parts
+            .headers
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX)) {
             return Err(HttpError::TooLarge { limit });
         }
-        let (parts, body) = request.into_parts();
         let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
         let body = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect())
             .await

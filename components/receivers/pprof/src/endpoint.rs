@@ -165,7 +165,11 @@ impl Endpoint {
         let Some(route) = Route::of(&path) else {
             return error_response(None, &RequestError::NotFound(path));
         };
-        match self.inner.accept(route, request, peer).await {
+        let (parts, mut body) = request.into_parts();
+        let outcome = self.inner.accept(route, parts, &mut body, peer).await;
+        // A refused request may still be arriving; the client must get to read the answer.
+        profcol_core::net::discard_rest(body);
+        match outcome {
             Ok(()) => route.success(),
             Err(e) => {
                 tracing::debug!(%peer, path, error = %e, "pprof receiver: request refused");
@@ -179,29 +183,29 @@ impl Inner {
     async fn accept(
         &self,
         route: Route,
-        request: Request<Incoming>,
+        parts: http::request::Parts,
+        body: &mut Incoming,
         peer: SocketAddr,
     ) -> Result<(), RequestError> {
-        if request.method() != Method::POST {
-            return Err(RequestError::MethodNotAllowed(request.method().clone()));
+        if parts.method != Method::POST {
+            return Err(RequestError::MethodNotAllowed(parts.method.clone()));
         }
-        let gzipped = content_coding(request.headers())?;
+        let gzipped = content_coding(&parts.headers)?;
         if route == Route::Push {
-            let media = media_type(request.headers());
+            let media = media_type(&parts.headers);
             if !media.eq_ignore_ascii_case(CONNECT_PROTO) {
                 return Err(RequestError::UnsupportedMediaType(media));
             }
         }
         let limit = self.limit;
-        let declared = request
-            .headers()
+        let declared = parts
+            .headers
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX)) {
             return Err(RequestError::TooLarge { limit });
         }
-        let (parts, body) = request.into_parts();
         let body = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect())
             .await
             .map_err(|_| RequestError::Timeout)?

@@ -74,6 +74,27 @@ pub fn have_peer(program: &str, why: &str) -> bool {
     found
 }
 
+/// Whether this runs as root, which loading BPF programs takes. Where not, skips (returns
+/// false), or fails under `PROFCOL_REQUIRE_PEERS=1`: CI runs as root.
+pub fn root() -> bool {
+    let is_root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !is_root {
+        assert!(
+            std::env::var("PROFCOL_REQUIRE_PEERS").as_deref() != Ok("1"),
+            "eBPF tests must run as root in CI"
+        );
+        eprintln!("SKIP: not root, so BPF programs cannot be loaded here");
+    }
+    is_root
+}
+
 /// The Python with opentelemetry-proto: `PROFCOL_PYTHON`, or the repo's `.venv`.
 pub fn python() -> String {
     std::env::var("PROFCOL_PYTHON").unwrap_or_else(|_| {

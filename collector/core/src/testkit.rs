@@ -111,6 +111,10 @@ pub struct SourceConfig {
     pub samples_per_batch: usize,
     /// Never return after shutdown (a misbehaving receiver).
     pub ignore_shutdown: bool,
+    /// Fail before saying it started (a port in use, say).
+    pub fail_to_start: bool,
+    /// Return at once, cleanly, without saying it started (nothing to do).
+    pub return_at_once: bool,
 }
 impl Validate for SourceConfig {}
 
@@ -139,6 +143,12 @@ struct Source(SourceConfig);
 #[async_trait]
 impl Receiver for Source {
     async fn run(self: Box<Self>, ctx: ReceiverContext) -> Result<(), ComponentError> {
+        if self.0.fail_to_start {
+            return Err(ComponentError::Fatal("test_source: cannot start".into()));
+        }
+        if self.0.return_at_once {
+            return Ok(());
+        }
         ctx.started.ready();
         for _ in 0..self.0.batches {
             let b = batch(&self.0.service, self.0.samples_per_batch);

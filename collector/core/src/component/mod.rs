@@ -123,8 +123,9 @@ pub struct ReceiverContext {
     pub telemetry: Telemetry,
 }
 
-/// A receiver's "I can take data now". Dropping it unsignalled (a receiver that returns
-/// early) also releases the wait.
+/// A receiver's "I can take data now". A receiver that returns before signalling releases
+/// the wait: as started when it returned `Ok`, as failed (the collector is not reported
+/// ready) when it returned an error.
 #[derive(Clone, Debug)]
 pub struct Started(Arc<tokio::sync::watch::Sender<bool>>);
 

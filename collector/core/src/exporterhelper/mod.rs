@@ -31,7 +31,7 @@ pub enum ConsumeError {
     QueueFull,
     #[error("exporter is shutting down")]
     Closed,
-    #[error("{0}")]
+    #[error(transparent)]
     Export(#[from] ExportError),
 }
 

@@ -48,7 +48,7 @@ impl Default for ServiceOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
-    #[error("{0}")]
+    #[error(transparent)]
     Build(#[from] BuildError),
     #[error("{component} failed: {message}")]
     Fatal { component: String, message: String },
@@ -223,6 +223,9 @@ pub async fn run(
         let receiver = factory.create(parsed, &ctx)?;
         let (started, started_rx) = Started::new();
         receivers_started.push(started_rx);
+        // A receiver that ends cleanly without saying it started (nothing left to do) must
+        // not hold readiness back; one that fails must not be reported ready.
+        let started_on_return = started.clone();
         let rctx = ReceiverContext {
             id: id.clone(),
             started,
@@ -235,7 +238,13 @@ pub async fn run(
             label(Kind::Receiver, id),
             status.clone(),
             fatal_tx.clone(),
-            async move { receiver.run(rctx).instrument(span).await },
+            async move {
+                let result = receiver.run(rctx).instrument(span).await;
+                if result.is_ok() {
+                    started_on_return.ready();
+                }
+                result
+            },
         ));
     }
     // Only receivers hold the entrances now, so the pipelines end when they do.
@@ -243,21 +252,28 @@ pub async fn run(
     drop(fatal_tx);
     // Ready once every receiver can take data (bounded, so a receiver that never says so
     // cannot keep the collector unready forever).
+    // A receiver that returned before saying so (it failed to start) makes this false:
+    // its failure is reported below instead of a readiness that never was.
     let all_started = async {
+        let mut all = true;
         for mut rx in receivers_started {
-            let _ = rx.wait_for(|started| *started).await;
+            all &= rx.wait_for(|started| *started).await.is_ok();
         }
+        all
     };
-    if tokio::time::timeout(RECEIVER_START_LIMIT, all_started)
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "a receiver has not reported itself started after {RECEIVER_START_LIMIT:?}; reporting ready anyway"
-        );
+    match tokio::time::timeout(RECEIVER_START_LIMIT, all_started).await {
+        Ok(true) => {
+            status.set_ready(true);
+            tracing::info!("everything is ready; profiles are flowing");
+        }
+        Ok(false) => {}
+        Err(_) => {
+            tracing::warn!(
+                "a receiver has not reported itself started after {RECEIVER_START_LIMIT:?}; reporting ready anyway"
+            );
+            status.set_ready(true);
+        }
     }
-    status.set_ready(true);
-    tracing::info!("everything is ready; profiles are flowing");
 
     let failure = tokio::select! {
         () = shutdown.cancelled() => None,

@@ -209,6 +209,66 @@ service:
     );
 }
 
+/// Runs `yaml` for `wait`, then stops it; gives the result and whether it was ever ready.
+async fn run_and_watch_readiness(yaml: &str, wait: Duration) -> (Result<(), ServiceError>, bool) {
+    let config = load_yaml(yaml).expect("valid");
+    let status = Status::new();
+    let stop = CancellationToken::new();
+    let (s, st) = (stop.clone(), status.clone());
+    let service = tokio::spawn(async move {
+        let reg = registry();
+        run(config, &reg, Telemetry::new(), st, s, ServiceOptions::default()).await
+    });
+    tokio::time::sleep(wait).await;
+    let ready = status.ready_since().is_some();
+    stop.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(2), service)
+        .await
+        .expect("stops")
+        .expect("joined");
+    (result, ready)
+}
+
+#[tokio::test]
+async fn a_receiver_that_fails_to_start_is_reported_and_never_ready() {
+    let (result, ready) = run_and_watch_readiness(
+        r#"
+receivers:
+  test_source: {fail_to_start: true}
+  test_source/fine: {service: a}
+exporters:
+  test_sink: {name: never-ready}
+service:
+  pipelines:
+    profiles: {receivers: [test_source, test_source/fine], exporters: [test_sink]}
+"#,
+        Duration::from_millis(300),
+    )
+    .await;
+    assert!(!ready, "a failed receiver must not be reported ready");
+    let err = result.expect_err("the failure ends the run");
+    assert!(err.to_string().contains("cannot start"), "{err}");
+}
+
+#[tokio::test]
+async fn a_receiver_with_nothing_to_do_does_not_hold_readiness_back() {
+    let (result, ready) = run_and_watch_readiness(
+        r#"
+receivers:
+  test_source: {return_at_once: true}
+exporters:
+  test_sink: {name: idle}
+service:
+  pipelines:
+    profiles: {receivers: [test_source], exporters: [test_sink]}
+"#,
+        Duration::from_millis(300),
+    )
+    .await;
+    assert!(ready);
+    result.expect("clean run");
+}
+
 #[test]
 fn every_config_error_is_reported_with_its_path() {
     let errors = load_yaml(
@@ -236,7 +296,7 @@ service:
     assert_eq!(
         text,
         [
-            "receivers::test_source::batchs: unknown field `batchs`, expected one of `service`, `batches`, `samples_per_batch`, `ignore_shutdown`",
+            "receivers::test_source::batchs: unknown field `batchs`, expected one of `service`, `batches`, `samples_per_batch`, `ignore_shutdown`, `fail_to_start`, `return_at_once`",
             "receivers::nope: unknown receiver type \"nope\"; known types: test_source",
             "service::extensions[0]: references extension \"health_check\", which is not defined under extensions",
             "service::pipelines::profiles::receivers[1]: test_source is listed twice",

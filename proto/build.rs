@@ -9,6 +9,8 @@ const PROTOS: &[&str] = &[
     "opentelemetry/proto/profiles/v1development/profiles.proto",
     "opentelemetry/proto/collector/profiles/v1development/profiles_service.proto",
     "perftools/profiles/profile.proto",
+    "parca/profilestore/v1alpha1/profilestore.proto",
+    "parca/debuginfo/v1alpha1/debuginfo.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -20,7 +20,8 @@ pub fn registry() -> Result<Registry, DuplicateType> {
         .exporter(profcol_exporter_pprof::PprofExporterFactory)?
         .exporter(profcol_exporter_flamegraph::FlamegraphExporterFactory)?
         .exporter(profcol_exporter_debug::DebugExporterFactory)?
-        .exporter(profcol_exporter_file::FileExporterFactory)?;
+        .exporter(profcol_exporter_file::FileExporterFactory)?
+        .exporter(profcol_exporter_arrow::ArrowExporterFactory)?;
     r.extension(profcol_extension_file_storage::FileStorageFactory)?
         .extension(profcol_extension_health_check::HealthCheckFactory)?;
     Ok(r)

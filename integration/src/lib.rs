@@ -6,6 +6,7 @@
 
 pub mod collector;
 pub mod otlp_json;
+pub mod parca_fake;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,5 +1,7 @@
-//! Generated wire types. The modules mirror the protobuf packages, so a type's path names its
-//! package: `otlp::profiles::v1development::Profile`, `pprof::Profile`.
+//! Generated wire types: OTLP, pprof, and the Parca services the arrow exporter speaks. The
+//! modules mirror the protobuf packages, so a type's path names its package:
+//! `otlp::profiles::v1development::Profile`, `pprof::Profile`,
+//! `parca::profilestore::v1alpha1::WriteArrowRequest`.
 
 #![allow(clippy::all, missing_docs)]
 
@@ -44,6 +46,21 @@ pub mod otlp {
 /// pprof's `perftools.profiles` package.
 pub mod pprof {
     include!(concat!(env!("OUT_DIR"), "/perftools.profiles.rs"));
+}
+
+/// Parca's services, as far as profcol speaks them: the Arrow write paths of the profile
+/// store and the debuginfo upload.
+pub mod parca {
+    pub mod profilestore {
+        pub mod v1alpha1 {
+            include!(concat!(env!("OUT_DIR"), "/parca.profilestore.v1alpha1.rs"));
+        }
+    }
+    pub mod debuginfo {
+        pub mod v1alpha1 {
+            include!(concat!(env!("OUT_DIR"), "/parca.debuginfo.v1alpha1.rs"));
+        }
+    }
 }
 
 /// The `google.rpc` messages of OTLP error replies, written by hand.

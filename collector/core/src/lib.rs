@@ -4,9 +4,12 @@
 //! resource → scope → profile → sample), its validation, merging, encodings and the
 //! pprof translation.
 
+#[cfg(feature = "client")]
+pub mod client;
 pub mod component;
 pub mod config;
 pub mod exporterhelper;
+pub mod host_executables;
 pub mod net;
 pub mod pdata;
 pub mod service;

@@ -241,6 +241,13 @@ impl ExportError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, ExportError::Retryable { .. })
     }
+    /// How long the server asked to wait before the next attempt, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ExportError::Retryable { retry_after, .. } => *retry_after,
+            ExportError::Permanent { .. } => None,
+        }
+    }
 }
 
 /// A destination. `export` is one attempt; queue, retry, backoff and timeout belong to the

@@ -3,16 +3,18 @@
 //! types under the same keys.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http::header::HeaderMap;
-use http::uri::{Scheme, Uri};
+use http::uri::Uri;
 use profcol_core::config::{ConfigError, Validate, duration};
 use profcol_core::exporterhelper::{
     ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks,
 };
 use serde::Deserialize;
+
+pub(crate) use profcol_core::client::grpc::GrpcTarget;
+pub use profcol_core::client::tls::TlsClientSettings;
 
 /// The path otelcol's OTLP/HTTP receivers serve profiles on, appended to `endpoint`.
 pub const PROFILES_PATH: &str = "/v1development/profiles";
@@ -59,72 +61,6 @@ impl Encoding {
             Encoding::Proto => "application/x-protobuf",
             Encoding::Json => "application/json",
         }
-    }
-}
-
-/// otelcol's `configtls` client block.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TlsClientSettings {
-    /// gRPC only: plaintext for an endpoint written without a scheme. (otlphttp follows
-    /// the URL's scheme.)
-    pub insecure: bool,
-    /// PEM CA bundle that replaces the system roots.
-    pub ca_file: Option<PathBuf>,
-    /// PEM client certificate for mTLS; needs `key_file`.
-    pub cert_file: Option<PathBuf>,
-    /// PEM private key of `cert_file`.
-    pub key_file: Option<PathBuf>,
-    /// Accept any server certificate. For tests only.
-    pub insecure_skip_verify: bool,
-    /// The name the server certificate must carry (and SNI), instead of the endpoint's host.
-    pub server_name_override: Option<String>,
-}
-
-fn non_empty_path(p: &Option<PathBuf>) -> Option<&Path> {
-    p.as_deref().filter(|p| !p.as_os_str().is_empty())
-}
-
-impl TlsClientSettings {
-    pub fn ca_file(&self) -> Option<&Path> {
-        non_empty_path(&self.ca_file)
-    }
-    pub fn cert_file(&self) -> Option<&Path> {
-        non_empty_path(&self.cert_file)
-    }
-    pub fn key_file(&self) -> Option<&Path> {
-        non_empty_path(&self.key_file)
-    }
-    pub fn server_name_override(&self) -> Option<&str> {
-        self.server_name_override
-            .as_deref()
-            .filter(|s| !s.trim().is_empty())
-    }
-}
-
-impl Validate for TlsClientSettings {
-    fn validate(&self) -> Vec<ConfigError> {
-        let mut errors = Vec::new();
-        match (self.cert_file(), self.key_file()) {
-            (Some(_), None) => errors.push(ConfigError::new(
-                "key_file",
-                "must be set when cert_file is (client certificates need their key)",
-            )),
-            (None, Some(_)) => errors.push(ConfigError::new(
-                "cert_file",
-                "must be set when key_file is (a key needs its certificate)",
-            )),
-            _ => {}
-        }
-        if let Some(name) = self.server_name_override()
-            && let Err(e) = rustls::pki_types::ServerName::try_from(name)
-        {
-            errors.push(ConfigError::new(
-                "server_name_override",
-                format!("{name:?} is not a DNS name or IP address: {e}"),
-            ));
-        }
-        errors
     }
 }
 
@@ -282,67 +218,6 @@ impl Validate for OtlpHttpExporterConfig {
             &self.sending_queue,
         ));
         errors
-    }
-}
-
-/// Where the gRPC exporter connects: `scheme://authority` and whether it speaks TLS.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct GrpcTarget {
-    pub uri: Uri,
-    pub tls: bool,
-}
-
-impl GrpcTarget {
-    /// `host:port` (TLS unless `insecure`), `http://host[:port]` (plaintext) or
-    /// `https://host[:port]` (TLS, as otelcol does even with `insecure`).
-    pub fn parse(endpoint: &str, insecure: bool) -> Result<Self, String> {
-        let endpoint = endpoint.trim();
-        let (scheme_given, tls) = if endpoint.starts_with("http://") {
-            (true, false)
-        } else if endpoint.starts_with("https://") {
-            (true, true)
-        } else if endpoint.contains("://") {
-            return Err(format!(
-                "{endpoint:?}: unsupported scheme (use host:port, http:// or https://)"
-            ));
-        } else {
-            (false, !insecure)
-        };
-        let text = if scheme_given {
-            endpoint.to_owned()
-        } else {
-            format!("{}://{endpoint}", if tls { "https" } else { "http" })
-        };
-        let uri: Uri = text
-            .parse()
-            .map_err(|e| format!("{endpoint:?} is not a valid endpoint: {e}"))?;
-        let authority = uri
-            .authority()
-            .filter(|a| !a.host().is_empty())
-            .ok_or_else(|| format!("{endpoint:?} has no host"))?;
-        if !scheme_given && authority.port_u16().is_none() {
-            return Err(format!(
-                "{endpoint:?} has no port: write host:port, as in collector:4317"
-            ));
-        }
-        if authority.as_str().contains('@') {
-            return Err(format!("{endpoint:?}: user info is not supported"));
-        }
-        if let Some(pq) = uri.path_and_query()
-            && !(pq.as_str().is_empty() || pq.as_str() == "/")
-        {
-            return Err(format!(
-                "{endpoint:?}: a gRPC endpoint takes no path or query"
-            ));
-        }
-        let scheme = if tls { Scheme::HTTPS } else { Scheme::HTTP };
-        let uri = Uri::builder()
-            .scheme(scheme)
-            .authority(authority.clone())
-            .path_and_query("/")
-            .build()
-            .map_err(|e| format!("{endpoint:?} is not a valid endpoint: {e}"))?;
-        Ok(GrpcTarget { uri, tls })
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! tonic 0.14 compresses gRPC messages at fixed levels (gzip 6, zstd 3; its
 //! `codec/compression.rs` says "FIXME: support customizing the compression level"). To
-//! send at level 1 this exporter compresses the serialized request itself (the same code
+//! send gzip at level 1 this exporter compresses the serialized request itself (the same code
 //! as otlphttp) and hands tonic the finished bytes through a pass-through codec; a small
 //! service between tonic's client and its channel then marks the message as compressed
 //! (the gRPC frame's compressed-flag byte) and adds `grpc-encoding`. tonic's own
@@ -18,6 +18,7 @@ use bytes::{Buf, BufMut, Bytes};
 use http::header::{HeaderMap, HeaderValue};
 use http::uri::PathAndQuery;
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use profcol_core::client::grpc::connect_lazy;
 use profcol_core::component::{
     BuildError, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
 };
@@ -26,13 +27,12 @@ use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::types::ExportProfilesServiceResponse;
 use prost::Message;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tower_service::Service;
 
-use crate::config::{Compression, Encoding, GrpcTarget, OtlpExporterConfig, header_map};
+use crate::config::{Compression, Encoding, OtlpExporterConfig, header_map};
 use crate::outcome::{PartialSuccess, from_grpc_status};
 use crate::payload::encode_batch;
-use crate::tls::ClientTls;
 
 /// The OTLP profiles Export method.
 pub const EXPORT_PATH: &str =
@@ -40,8 +40,6 @@ pub const EXPORT_PATH: &str =
 
 /// Largest reply accepted (the OTLP spec's client recommendation).
 const MAX_RESPONSE_BYTES: usize = 4 << 20;
-
-pub(crate) const USER_AGENT: &str = concat!("profcol/", env!("CARGO_PKG_VERSION"));
 
 /// Makes `otlp` exporters.
 pub struct OtlpExporterFactory;
@@ -85,11 +83,13 @@ impl GrpcExporter {
     ) -> Result<Self, BuildError> {
         let fail = |message: String| BuildError::new(&ctx.id, message);
         // The channel's worker task is spawned here (it connects on first use).
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(fail("must be created inside a tokio runtime".into()));
-        }
-        let target = GrpcTarget::parse(&config.endpoint, config.tls.insecure)
-            .map_err(|e| fail(format!("endpoint: {e}")))?;
+        let (channel, target) = connect_lazy(
+            &config.endpoint,
+            &config.tls,
+            config.timeout,
+            &ctx.id.to_string(),
+        )
+        .map_err(fail)?;
         let headers = header_map(&config.headers).map_err(|errors| {
             fail(
                 errors
@@ -99,27 +99,8 @@ impl GrpcExporter {
                     .join("; "),
             )
         })?;
-        let mut endpoint = Endpoint::from(target.uri.clone())
-            .user_agent(USER_AGENT)
-            .map_err(|e| fail(format!("user agent: {e}")))?
-            .tcp_nodelay(true);
-        if !config.timeout.is_zero() {
-            endpoint = endpoint.connect_timeout(config.timeout);
-        }
-        if target.tls {
-            let tls = ClientTls::load(&config.tls).map_err(|e| fail(format!("tls: {e}")))?;
-            endpoint = endpoint
-                .tls_config_with_verifier(tls.tonic_config(), tls.verifier.clone())
-                .map_err(|e| fail(format!("tls: {e}")))?;
-        } else if config.tls.ca_file().is_some() || config.tls.cert_file().is_some() {
-            tracing::warn!(
-                exporter = %ctx.id,
-                endpoint = %config.endpoint,
-                "the endpoint is plaintext; the tls files are not used"
-            );
-        }
         let transport = Transport {
-            channel: endpoint.connect_lazy(),
+            channel,
             headers: Arc::new(headers),
             encoding: config.compression.encoding_token(),
         };

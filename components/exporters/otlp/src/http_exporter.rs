@@ -22,10 +22,10 @@ use profcol_core::pdata::types::ExportProfilesServiceResponse;
 use prost::Message;
 
 use crate::config::{Compression, Encoding, OtlpHttpExporterConfig, header_map};
-use crate::grpc_exporter::USER_AGENT;
 use crate::outcome::{PartialSuccess, error_chain, from_http_status};
 use crate::payload::encode_batch;
-use crate::tls::{ClientTls, TlsError};
+use profcol_core::client::grpc::USER_AGENT;
+use profcol_core::client::tls::{ClientTls, TlsError};
 
 /// Largest reply body read (the OTLP spec's client recommendation).
 const MAX_RESPONSE_BYTES: usize = 4 << 20;

@@ -14,7 +14,6 @@ mod outcome;
 mod payload;
 /// The `google.rpc` messages of error replies (shared with the OTLP receiver).
 pub use profcol_proto::google_rpc as rpc;
-mod tls;
 
 pub use config::{
     Compression, Encoding, OtlpExporterConfig, OtlpHttpExporterConfig, PROFILES_PATH,
@@ -24,7 +23,7 @@ pub use grpc_exporter::{EXPORT_PATH, OtlpExporterFactory};
 pub use http_exporter::OtlpHttpExporterFactory;
 pub use outcome::PARTIAL_SUCCESS_METRIC;
 pub use payload::{GZIP_LEVEL, ZSTD_LEVEL, compress};
-pub use tls::TlsError;
+pub use profcol_core::client::tls::TlsError;
 
 #[cfg(test)]
 mod tests;

@@ -8,9 +8,9 @@ use http::StatusCode;
 use profcol_core::component::{CreateContext, ExportError};
 use profcol_core::pdata::types::ExportProfilesPartialSuccess;
 use profcol_core::telemetry::Counter;
-use tonic::Code;
 
 use crate::rpc;
+pub(crate) use profcol_core::client::grpc::{error_chain, from_grpc_status};
 
 /// Profiles a server said it rejected in a partially successful reply, per exporter.
 pub const PARTIAL_SUCCESS_METRIC: &str = "otelcol_exporter_partial_success_rejected_profiles_total";
@@ -48,58 +48,6 @@ impl PartialSuccess {
             "export partially succeeded: the destination rejected some profiles"
         );
     }
-}
-
-/// A failed gRPC call as one attempt's error.
-pub(crate) fn from_grpc_status(status: &tonic::Status) -> ExportError {
-    let code = status.code();
-    let details = rpc::decode_status(status.details());
-    let retry_info = details.as_ref().and_then(rpc::Status::retry_info);
-    let chain = std::error::Error::source(status).map(error_chain);
-    let message = match (status.message(), chain) {
-        ("", None) => format!("gRPC {code:?}"),
-        (m, None) => format!("gRPC {code:?}: {m}"),
-        (m, Some(chain)) if chain.contains(m) => format!("gRPC {code:?}: {chain}"),
-        (m, Some(chain)) => format!("gRPC {code:?}: {m}: {chain}"),
-    };
-    // Errors tonic makes on this side (connect refused, reset stream, broken connection)
-    // carry their source; a server's status never does.
-    let local_transport_error = std::error::Error::source(status).is_some()
-        && matches!(code, Code::Unknown | Code::Internal);
-    let retryable = match code {
-        Code::Cancelled
-        | Code::DeadlineExceeded
-        | Code::Aborted
-        | Code::OutOfRange
-        | Code::Unavailable
-        | Code::DataLoss => true,
-        // Throttling is retried only when the server says when (otelcol's rule): without
-        // RetryInfo it is an over-size or quota refusal that a retry repeats.
-        Code::ResourceExhausted => retry_info.is_some(),
-        _ => local_transport_error,
-    };
-    if retryable {
-        ExportError::Retryable {
-            message,
-            retry_after: retry_info.filter(|d| !d.is_zero()),
-        }
-    } else {
-        ExportError::Permanent { message }
-    }
-}
-
-/// An error and its sources, `outer: inner: innermost`, skipping repeats.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(error);
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = e.source();
-    }
-    parts.join(": ")
 }
 
 /// A non-2xx HTTP reply as one attempt's error. `body` is the reply's body (a
@@ -179,67 +127,10 @@ mod tests {
     use super::*;
     use prost::Message;
 
-    fn retry_after(e: &ExportError) -> Option<Duration> {
-        match e {
-            ExportError::Retryable { retry_after, .. } => *retry_after,
-            ExportError::Permanent { .. } => None,
-        }
-    }
-
-    #[test]
-    fn grpc_codes_map_as_otelcol_maps_them() {
-        for code in [
-            Code::Cancelled,
-            Code::DeadlineExceeded,
-            Code::Aborted,
-            Code::OutOfRange,
-            Code::Unavailable,
-            Code::DataLoss,
-        ] {
-            assert!(
-                from_grpc_status(&tonic::Status::new(code, "x")).is_retryable(),
-                "{code:?}"
-            );
-        }
-        for code in [
-            Code::InvalidArgument,
-            Code::Unauthenticated,
-            Code::PermissionDenied,
-            Code::Unimplemented,
-            Code::NotFound,
-            Code::AlreadyExists,
-            Code::FailedPrecondition,
-            Code::Internal,
-            Code::Unknown,
-            Code::ResourceExhausted,
-        ] {
-            assert!(
-                !from_grpc_status(&tonic::Status::new(code, "x")).is_retryable(),
-                "{code:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn resource_exhausted_with_retry_info_is_retryable_after_the_delay() {
-        let details = rpc::Status {
-            code: 8,
-            message: "slow down".into(),
-            details: vec![rpc::Any::retry_info(Duration::from_secs(7))],
-        }
-        .encode_to_vec();
-        let status =
-            tonic::Status::with_details(Code::ResourceExhausted, "slow down", details.into());
-        let e = from_grpc_status(&status);
-        assert!(e.is_retryable());
-        assert_eq!(retry_after(&e), Some(Duration::from_secs(7)));
-        assert!(e.to_string().contains("slow down"), "{e}");
-    }
-
     #[test]
     fn http_statuses_map_and_retry_after_is_honoured() {
         let e = from_http_status(StatusCode::SERVICE_UNAVAILABLE, None, b"", Some("3"));
-        assert_eq!(retry_after(&e), Some(Duration::from_secs(3)));
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
         for s in [429, 502, 504] {
             let status = StatusCode::from_u16(s).expect("status");
             assert!(from_http_status(status, None, b"", None).is_retryable());

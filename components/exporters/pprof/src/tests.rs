@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use profcol_core::component::{ComponentId, CreateContext, ExportError, Exporter, ExporterFactory};
+use profcol_core::component::{ComponentId, CreateContext, Exporter, ExporterFactory};
 use profcol_core::config::{ConfigError, Validate, parse_typed, parse_yaml};
 use profcol_core::exporterhelper::{QueueSettings, RetrySettings};
 use profcol_core::pdata::ProfileBatch;
@@ -193,13 +193,6 @@ fn default_type(p: &pp::Profile) -> String {
             .last()
             .map(|vt| text(p, vt.r#type))
             .unwrap_or_default()
-    }
-}
-
-fn retry_after(e: &ExportError) -> Option<Duration> {
-    match e {
-        ExportError::Retryable { retry_after, .. } => *retry_after,
-        ExportError::Permanent { .. } => None,
     }
 }
 
@@ -765,7 +758,7 @@ async fn unavailable_is_retryable_after_retry_after_and_bad_request_permanent() 
     server.reply(503, vec![("retry-after", "7".into())]);
     let e = exporter.export(go_cpu("cart")).await.expect_err("503");
     assert!(e.is_retryable());
-    assert_eq!(retry_after(&e), Some(Duration::from_secs(7)));
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
     assert!(
         e.to_string().starts_with("HTTP 503 Service Unavailable"),
         "{e}"

@@ -675,12 +675,25 @@ impl ProcessTable {
                     FileKey::Path(mapping.path.clone())
                 };
                 let paths = mapping.read_paths(&self.procfs, pid);
-                mapping.file = Some(self.files.get_or_read(key, &paths));
+                let file = self.files.get_or_read(key, &paths);
+                record_host_executable(&file, &paths);
+                mapping.file = Some(file);
             }
             out.push(Arc::new(mapping));
         }
         out.sort_by_key(|m| m.start);
         out
+    }
+}
+
+/// Tells exporters that upload debug information (arrow's `debuginfo`) where this file
+/// opens from the host, under each build id it has.
+fn record_host_executable(file: &ExecutableFile, paths: &[PathBuf]) {
+    if !file.is_elf {
+        return;
+    }
+    for id in file.build_id_gnu_hex().iter().chain(&file.build_id_go) {
+        profcol_core::host_executables::record(id, paths);
     }
 }
 

@@ -134,7 +134,7 @@ async fn status_codes_map_to_retryable_or_permanent() {
         .expect_err("unavailable");
     assert!(e.is_retryable(), "{e}");
     assert!(e.to_string().contains("pipeline full"), "{e}");
-    assert_eq!(retry_after(&e), None);
+    assert_eq!(e.retry_after(), None);
 
     server.set_reply(|| Err(tonic::Status::invalid_argument("bad profile")));
     let e = exporter.export(batch.clone()).await.expect_err("invalid");
@@ -155,7 +155,7 @@ async fn status_codes_map_to_retryable_or_permanent() {
     });
     let e = exporter.export(batch.clone()).await.expect_err("throttled");
     assert!(e.is_retryable(), "{e}");
-    assert_eq!(retry_after(&e), Some(Duration::from_secs(4)));
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(4)));
 
     server.set_reply(|| Err(tonic::Status::resource_exhausted("message too large")));
     let e = exporter.export(batch.clone()).await.expect_err("too large");

@@ -117,7 +117,7 @@ async fn unavailable_with_retry_after_is_retryable_after_it() {
     );
     let e = exporter.export(go_cpu_batch()).await.expect_err("503");
     assert!(e.is_retryable(), "{e}");
-    assert_eq!(retry_after(&e), Some(Duration::from_secs(3)));
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
 
     server.set_reply(HttpReply {
         status: 429,
@@ -126,7 +126,7 @@ async fn unavailable_with_retry_after_is_retryable_after_it() {
     });
     let e = exporter.export(go_cpu_batch()).await.expect_err("429");
     assert!(e.is_retryable(), "{e}");
-    assert_eq!(retry_after(&e), None);
+    assert_eq!(e.retry_after(), None);
 }
 
 #[tokio::test]

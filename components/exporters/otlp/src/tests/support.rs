@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -14,7 +13,7 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use profcol_core::component::{ComponentId, CreateContext, ExportError, Exporter, ExporterFactory};
+use profcol_core::component::{ComponentId, CreateContext, Exporter, ExporterFactory};
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::codec::decode_pprof;
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
@@ -70,13 +69,6 @@ pub fn headers(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
-}
-
-pub fn retry_after(e: &ExportError) -> Option<Duration> {
-    match e {
-        ExportError::Retryable { retry_after, .. } => *retry_after,
-        ExportError::Permanent { .. } => None,
-    }
 }
 
 /// A port nothing listens on.

@@ -1,5 +1,6 @@
-//! TLS client material from a `tls:` block, loaded once at create and handed to both
-//! transports: rustls for otlphttp, tonic (the same rustls underneath) for otlp. Both use
+//! Client TLS shared by the exporters: otelcol's `tls:` client block
+//! ([`TlsClientSettings`]) and the material loaded from it once at create ([`ClientTls`]),
+//! handed to rustls (HTTP clients) or tonic (gRPC, the same rustls underneath). Both use
 //! one certificate verifier, so roots, `ca_file` and `insecure_skip_verify` behave alike.
 
 use std::path::{Path, PathBuf};
@@ -11,8 +12,75 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use serde::Deserialize;
 
-use crate::config::TlsClientSettings;
+use crate::config::{ConfigError, Validate};
+
+/// otelcol's `configtls` client block.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsClientSettings {
+    /// gRPC only: plaintext for an endpoint written without a scheme. (HTTP clients
+    /// follow the URL's scheme.)
+    pub insecure: bool,
+    /// PEM CA bundle that replaces the system roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate for mTLS; needs `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+    /// Accept any server certificate. For tests only.
+    pub insecure_skip_verify: bool,
+    /// The name the server certificate must carry (and SNI), instead of the endpoint's host.
+    pub server_name_override: Option<String>,
+}
+
+fn non_empty_path(p: &Option<PathBuf>) -> Option<&Path> {
+    p.as_deref().filter(|p| !p.as_os_str().is_empty())
+}
+
+impl TlsClientSettings {
+    pub fn ca_file(&self) -> Option<&Path> {
+        non_empty_path(&self.ca_file)
+    }
+    pub fn cert_file(&self) -> Option<&Path> {
+        non_empty_path(&self.cert_file)
+    }
+    pub fn key_file(&self) -> Option<&Path> {
+        non_empty_path(&self.key_file)
+    }
+    pub fn server_name_override(&self) -> Option<&str> {
+        self.server_name_override
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+    }
+}
+
+impl Validate for TlsClientSettings {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        match (self.cert_file(), self.key_file()) {
+            (Some(_), None) => errors.push(ConfigError::new(
+                "key_file",
+                "must be set when cert_file is (client certificates need their key)",
+            )),
+            (None, Some(_)) => errors.push(ConfigError::new(
+                "cert_file",
+                "must be set when key_file is (a key needs its certificate)",
+            )),
+            _ => {}
+        }
+        if let Some(name) = self.server_name_override()
+            && let Err(e) = ServerName::try_from(name)
+        {
+            errors.push(ConfigError::new(
+                "server_name_override",
+                format!("{name:?} is not a DNS name or IP address: {e}"),
+            ));
+        }
+        errors
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -32,7 +100,7 @@ pub enum TlsError {
 }
 
 /// A client certificate and key, as PEM (for tonic) and parsed (for rustls).
-pub(crate) struct ClientIdentity {
+pub struct ClientIdentity {
     pub cert_pem: Vec<u8>,
     pub key_pem: Vec<u8>,
     chain: Vec<CertificateDer<'static>>,
@@ -40,7 +108,7 @@ pub(crate) struct ClientIdentity {
 }
 
 /// Everything a TLS client needs, checked at create.
-pub(crate) struct ClientTls {
+pub struct ClientTls {
     pub provider: Arc<CryptoProvider>,
     pub verifier: Arc<dyn ServerCertVerifier>,
     pub identity: Option<ClientIdentity>,

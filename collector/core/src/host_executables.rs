@@ -1,0 +1,159 @@
+//! Where executables seen on this host can be read, by build id: a small, bounded,
+//! process-wide registry.
+//!
+//! A receiver that reads the processes of this host (the eBPF `profiling` receiver)
+//! records, for each mapped file whose build id it read, the paths through which that very
+//! file opens from here (`/proc/<pid>/map_files/<range>`, `/proc/<pid>/root/<path>`). An
+//! exporter that uploads debug information (arrow's `debuginfo`) looks the build ids of the
+//! frames it sends up here. The key is the build id string exactly as it goes on the wire
+//! (GNU build id in lower-case hex, or the Go build id), so the two sides agree by
+//! construction.
+//!
+//! Bounded: at most [`CAPACITY`] build ids (the oldest recorded is forgotten first) and
+//! [`PATHS_PER_ID`] paths each (the newest first: a later process is more likely still
+//! alive, and `/proc/<pid>` paths die with their process).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+/// Build ids remembered at most.
+pub const CAPACITY: usize = 4096;
+/// Paths remembered per build id at most.
+pub const PATHS_PER_ID: usize = 4;
+
+/// The registry; [`global`] is the one every component of the process shares.
+#[derive(Debug, Default)]
+pub struct Registry {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    paths: HashMap<String, Vec<PathBuf>>,
+    order: VecDeque<String>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that the file with `build_id` opens through `paths` (best first). Empty
+    /// ids and empty path lists are ignored.
+    pub fn record(&self, build_id: &str, paths: &[PathBuf]) {
+        if build_id.is_empty() || paths.is_empty() {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = &mut *inner;
+        match inner.paths.get_mut(build_id) {
+            Some(known) => {
+                let mut merged: Vec<PathBuf> = paths.to_vec();
+                for p in known.iter() {
+                    if !merged.contains(p) {
+                        merged.push(p.clone());
+                    }
+                }
+                merged.truncate(PATHS_PER_ID);
+                *known = merged;
+            }
+            None => {
+                while inner.order.len() >= CAPACITY {
+                    match inner.order.pop_front() {
+                        Some(oldest) => {
+                            inner.paths.remove(&oldest);
+                        }
+                        None => break,
+                    }
+                }
+                let mut fresh = paths.to_vec();
+                fresh.truncate(PATHS_PER_ID);
+                inner.paths.insert(build_id.to_owned(), fresh);
+                inner.order.push_back(build_id.to_owned());
+            }
+        }
+    }
+
+    /// The paths recorded for `build_id`, best first.
+    pub fn paths(&self, build_id: &str) -> Option<Vec<PathBuf>> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.paths.get(build_id).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .paths
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The process-wide registry.
+pub fn global() -> &'static Registry {
+    static GLOBAL: OnceLock<Registry> = OnceLock::new();
+    GLOBAL.get_or_init(Registry::new)
+}
+
+/// [`Registry::record`] on the process-wide registry.
+pub fn record(build_id: &str, paths: &[PathBuf]) {
+    global().record(build_id, paths);
+}
+
+/// [`Registry::paths`] on the process-wide registry.
+pub fn paths(build_id: &str) -> Option<Vec<PathBuf>> {
+    global().paths(build_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    #[test]
+    fn newest_paths_first_without_repeats_and_bounded() {
+        let r = Registry::new();
+        r.record("ab12", &[p("/proc/1/map_files/a"), p("/proc/1/root/bin/x")]);
+        r.record("ab12", &[p("/proc/2/map_files/a"), p("/proc/1/root/bin/x")]);
+        assert_eq!(
+            r.paths("ab12"),
+            Some(vec![
+                p("/proc/2/map_files/a"),
+                p("/proc/1/root/bin/x"),
+                p("/proc/1/map_files/a"),
+            ])
+        );
+        for pid in 3..10 {
+            r.record("ab12", &[p(&format!("/proc/{pid}/map_files/a"))]);
+        }
+        let paths = r.paths("ab12").expect("known");
+        assert_eq!(paths.len(), PATHS_PER_ID);
+        assert_eq!(paths[0], p("/proc/9/map_files/a"));
+        assert_eq!(r.paths("cd34"), None);
+        r.record("", &[p("/x")]);
+        r.record("ef56", &[]);
+        assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn the_oldest_build_id_is_forgotten_past_capacity() {
+        let r = Registry::new();
+        for i in 0..CAPACITY + 2 {
+            r.record(&format!("{i:x}"), &[p(&format!("/f/{i}"))]);
+        }
+        assert_eq!(r.len(), CAPACITY);
+        assert_eq!(r.paths("0"), None);
+        assert_eq!(r.paths("1"), None);
+        assert_eq!(r.paths("2"), Some(vec![p("/f/2")]));
+        let last = format!("{:x}", CAPACITY + 1);
+        assert!(r.paths(&last).is_some());
+    }
+}

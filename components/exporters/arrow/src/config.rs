@@ -1,0 +1,205 @@
+//! `exporters: arrow:`. The client keys are the `otlp` exporter's (`endpoint`, `tls`,
+//! `headers`, `timeout`, `retry_on_failure`, `sending_queue`), with the same types; the
+//! Arrow keys are `schema` and `compression`, and `debuginfo` turns the upload on.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http::header::HeaderMap;
+use profcol_core::client::grpc::GrpcTarget;
+use profcol_core::client::tls::TlsClientSettings;
+use profcol_core::config::{ConfigError, Validate, duration};
+use profcol_core::exporterhelper::{
+    ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks,
+};
+use serde::Deserialize;
+
+/// Which of Parca's two Arrow write paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schema {
+    /// `WriteArrow`: one self-contained record per request (Parca v0.28.0 and later).
+    #[default]
+    V2,
+    /// The bidirectional `Write` exchange (older servers too).
+    V1,
+}
+
+/// Arrow IPC body compression of the v2 record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// LZ4 frame, as the Parca agent sends.
+    #[default]
+    Lz4,
+    /// zstd at level 3.
+    Zstd,
+    /// No compression; `""` means the same.
+    #[serde(alias = "")]
+    None,
+}
+
+/// `debuginfo:` — upload the executables behind native frames to Parca's
+/// `DebuginfoService`, so the server can symbolize them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DebuginfoSettings {
+    /// Where the debuginfo service is; empty: the exporter's `endpoint`, `tls` and
+    /// `headers`.
+    pub endpoint: String,
+    /// Used with `endpoint` only.
+    pub tls: TlsClientSettings,
+    /// Used with `endpoint` only.
+    pub headers: BTreeMap<String, String>,
+    /// Deadline of each call of the upload (the upload stream included).
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+    /// When to ask again about a build id whose upload is in progress elsewhere, or that
+    /// failed for a reason that may pass.
+    #[serde(with = "duration")]
+    pub retry_interval: Duration,
+    /// Files larger than this are not uploaded (logged once).
+    pub max_file_size: u64,
+    /// Uploads running at once.
+    pub parallel_uploads: usize,
+}
+
+impl Default for DebuginfoSettings {
+    fn default() -> Self {
+        DebuginfoSettings {
+            endpoint: String::new(),
+            tls: TlsClientSettings::default(),
+            headers: BTreeMap::new(),
+            timeout: Duration::from_secs(120),
+            retry_interval: Duration::from_secs(300),
+            max_file_size: 1 << 30,
+            parallel_uploads: 2,
+        }
+    }
+}
+
+impl Validate for DebuginfoSettings {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        if self.endpoint.trim().is_empty() {
+            if self.tls != TlsClientSettings::default() || !self.headers.is_empty() {
+                errors.push(ConfigError::new(
+                    "endpoint",
+                    "must be set when tls or headers are (without it the exporter's are used)",
+                ));
+            }
+        } else {
+            errors.extend(check_endpoint(&self.endpoint, self.tls.insecure));
+        }
+        errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
+        if let Err(e) = header_map(&self.headers) {
+            errors.extend(e);
+        }
+        if self.timeout.is_zero() {
+            errors.push(ConfigError::new("timeout", "must be greater than 0"));
+        }
+        if self.retry_interval.is_zero() {
+            errors.push(ConfigError::new("retry_interval", "must be greater than 0"));
+        }
+        if self.max_file_size == 0 {
+            errors.push(ConfigError::new("max_file_size", "must be greater than 0"));
+        }
+        if !(1..=64).contains(&self.parallel_uploads) {
+            errors.push(ConfigError::new("parallel_uploads", "must be from 1 to 64"));
+        }
+        errors
+    }
+}
+
+/// `exporters: arrow:` — profiles to Parca as Apache Arrow records over gRPC.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArrowExporterConfig {
+    /// `host:port`, or `http://host:port` (plaintext) / `https://host:port` (TLS).
+    pub endpoint: String,
+    pub tls: TlsClientSettings,
+    /// Sent as gRPC metadata with every request (`authorization: Bearer <token>`).
+    pub headers: BTreeMap<String, String>,
+    pub schema: Schema,
+    /// Body compression of the v2 record (v1 records are never compressed, as Parca's
+    /// agent sends them).
+    pub compression: Compression,
+    /// One attempt's deadline (also sent as `grpc-timeout`); 0 means none.
+    #[serde(with = "duration")]
+    pub timeout: Duration,
+    pub retry_on_failure: RetrySettings,
+    pub sending_queue: QueueSettings,
+    /// Off unless present; `debuginfo: {}` turns it on with the defaults.
+    pub debuginfo: Option<DebuginfoSettings>,
+}
+
+impl Default for ArrowExporterConfig {
+    fn default() -> Self {
+        ArrowExporterConfig {
+            endpoint: String::new(),
+            tls: TlsClientSettings::default(),
+            headers: BTreeMap::new(),
+            schema: Schema::V2,
+            compression: Compression::Lz4,
+            timeout: Duration::from_secs(5),
+            retry_on_failure: RetrySettings::default(),
+            sending_queue: QueueSettings::default(),
+            debuginfo: None,
+        }
+    }
+}
+
+impl ArrowExporterConfig {
+    pub fn helper_settings(&self) -> ExporterHelperSettings {
+        ExporterHelperSettings {
+            timeout: self.timeout,
+            retry: self.retry_on_failure.clone(),
+            queue: self.sending_queue.clone(),
+        }
+    }
+}
+
+impl Validate for ArrowExporterConfig {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        errors.extend(check_endpoint(&self.endpoint, self.tls.insecure));
+        errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
+        if let Err(e) = header_map(&self.headers) {
+            errors.extend(e);
+        }
+        if self.schema == Schema::V1 && self.compression != Compression::default() {
+            errors.push(ConfigError::new(
+                "compression",
+                "applies to schema v2 only (Parca reads v1 records uncompressed)",
+            ));
+        }
+        errors.extend(validate_helper_blocks(
+            &self.retry_on_failure,
+            &self.sending_queue,
+        ));
+        if let Some(d) = &self.debuginfo {
+            errors.extend(d.validate().into_iter().map(|e| e.under("debuginfo")));
+        }
+        errors
+    }
+}
+
+fn check_endpoint(endpoint: &str, insecure: bool) -> Option<ConfigError> {
+    if endpoint.trim().is_empty() {
+        return Some(ConfigError::new(
+            "endpoint",
+            "must be set: host:port, http://host:port (plaintext) or https://host:port",
+        ));
+    }
+    GrpcTarget::parse(endpoint, insecure)
+        .err()
+        .map(|e| ConfigError::new("endpoint", e))
+}
+
+/// The configured headers as a header map; errors at `headers::<name>`. gRPC's own
+/// `grpc-*` headers are refused too.
+pub(crate) fn header_map(
+    headers: &BTreeMap<String, String>,
+) -> Result<HeaderMap, Vec<ConfigError>> {
+    profcol_core::net::header_map(headers, &["grpc-"])
+}

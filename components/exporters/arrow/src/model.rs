@@ -1,0 +1,683 @@
+//! A [`ProfileBatch`] flattened into Parca's row model, shared by the v1 and v2 records:
+//! one row per OTLP sample (labels, stack, value, profile type, time), plus the distinct
+//! label sets, profile types ("series"), stacks, locations and functions they refer to,
+//! each deduplicated by content.
+//!
+//! How the model maps (see also the README):
+//! - labels: resource attributes, then sample attributes (which win on a name clash),
+//!   names made Prometheus-safe (`service.name` → `service_name`), values as text; an
+//!   empty value is no label.
+//! - value: the sample's value, or for a sample with timestamps only, their count.
+//! - profile type: sample type and period type as given; `producer` is `parca_agent` for
+//!   CPU (`samples`/`count` over `cpu`/`nanoseconds`) and off-CPU profiles, so Parca shows
+//!   them as "On-CPU" / "Off-CPU", `memory` for the heap types, else `profcol`.
+//! - frames (leaf first, as OTLP): native frames carry mapping file, build id and the
+//!   file-relative address and no lines unless symbolized; kernel frames
+//!   `[kernel.kallsyms]`, no build id, and a line (`UNKNOWN` when unsymbolized).
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use profcol_core::pdata::types::{
+    AnyValue, KeyValue, Location, Mapping, Profile, ProfilesDictionary,
+};
+use profcol_core::pdata::{ProfileBatch, any_value_to_string, attribute_value, semconv};
+
+/// The agent's producer name, which makes Parca name CPU profiles "On-CPU".
+pub const AGENT_PRODUCER: &str = "parca_agent";
+/// Producer of heap profiles.
+pub const MEMORY_PRODUCER: &str = "memory";
+/// Producer of every other profile type.
+pub const DEFAULT_PRODUCER: &str = "profcol";
+/// The kernel's mapping file name.
+pub const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
+/// Stand-in for a missing name or file, as Parca's agent writes it.
+pub const UNKNOWN: &str = "UNKNOWN";
+/// The mapping file of the agent's abort frames.
+pub const ABORT_MAPPING: &str = "agent-internal-error-frame";
+
+/// One row: a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    pub labels: u32,
+    pub series: u32,
+    pub stack: u32,
+    pub value: i64,
+    pub timestamp: i64,
+}
+
+/// The per-profile columns of a row: producer, sample and period types, period,
+/// duration and temporality.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Series {
+    pub producer: String,
+    pub sample_type: String,
+    pub sample_unit: String,
+    pub period_type: String,
+    pub period_unit: String,
+    pub period: i64,
+    /// Nanoseconds; not 0 makes a `:delta` profile type.
+    pub duration: u64,
+    /// `delta` when `duration` is not 0.
+    pub temporality: Option<&'static str>,
+}
+
+/// A function, deduplicated by all its fields.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Func {
+    pub name: String,
+    pub system_name: String,
+    pub filename: Option<String>,
+    pub start_line: u64,
+}
+
+impl Func {
+    /// What Parca's v2 `system_name` holds: the display name, else the system name.
+    pub fn display_name(&self) -> &str {
+        if self.name.is_empty() {
+            &self.system_name
+        } else {
+            &self.name
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LineRec {
+    pub line: u64,
+    pub column: u64,
+    pub function: u32,
+}
+
+/// A location as Parca stores it, deduplicated by content.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Loc {
+    pub address: u64,
+    pub frame_type: String,
+    pub mapping_file: Option<String>,
+    pub build_id: Option<String>,
+    /// Empty: no lines, the server symbolizes.
+    pub lines: Vec<LineRec>,
+}
+
+/// A stack: its 16-byte id (a hash of its frames' content) and its locations, leaf first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackRec {
+    pub id: [u8; 16],
+    pub locations: Vec<u32>,
+}
+
+/// A batch in rows.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    /// Sorted.
+    pub label_names: Vec<String>,
+    /// Per label set, one value per name (`None`: absent).
+    pub label_sets: Vec<Vec<Option<String>>>,
+    pub series: Vec<Series>,
+    pub stacks: Vec<StackRec>,
+    pub locations: Vec<Loc>,
+    pub functions: Vec<Func>,
+    /// Sorted by series, label set, time and stack, so that the run-end encoded columns
+    /// have long runs.
+    pub rows: Vec<Row>,
+}
+
+impl Model {
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The distinct build ids of native frames (what debuginfo can be uploaded for).
+    pub fn build_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .locations
+            .iter()
+            .filter_map(|l| l.build_id.clone())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Flattens `batch`.
+    pub fn from_batch(batch: &ProfileBatch) -> Model {
+        let mut b = Builder::new(batch.dictionary());
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        for (ri, rp) in batch.resource_profiles().iter().enumerate() {
+            let resource = rp
+                .resource
+                .as_ref()
+                .map(|r| b.resource_labels(&r.attributes))
+                .unwrap_or_default();
+            for sp in &rp.scope_profiles {
+                for profile in &sp.profiles {
+                    b.profile(ri, &resource, profile, now);
+                }
+            }
+        }
+        b.finish()
+    }
+}
+
+/// Makes a label name Prometheus-safe: `[a-zA-Z_][a-zA-Z0-9_]*`.
+pub fn label_name(key: &str) -> String {
+    let mut out: String = key
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+struct Builder<'a> {
+    dict: &'a ProfilesDictionary,
+    names: Interner,
+    values: Interner,
+    label_set_ids: HashMap<Vec<(u32, u32)>, u32>,
+    label_sets: Vec<Vec<(u32, u32)>>,
+    /// (resource, sample attribute indices) → label set.
+    label_cache: HashMap<(usize, Vec<i32>), u32>,
+    sample_attr_cache: HashMap<i32, Option<(u32, u32)>>,
+    series_ids: HashMap<Series, u32>,
+    series: Vec<Series>,
+    function_ids: HashMap<Func, u32>,
+    functions: Vec<Func>,
+    function_cache: HashMap<(i32, bool), u32>,
+    location_ids: HashMap<Loc, u32>,
+    locations: Vec<Loc>,
+    location_digests: Vec<[u8; 16]>,
+    location_cache: HashMap<i32, u32>,
+    stack_ids: HashMap<Vec<u32>, u32>,
+    stacks: Vec<StackRec>,
+    stack_cache: HashMap<i32, u32>,
+    rows: Vec<Row>,
+}
+
+#[derive(Default)]
+struct Interner {
+    ids: HashMap<String, u32>,
+    strings: Vec<String>,
+}
+
+impl Interner {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as u32;
+        self.strings.push(s.to_owned());
+        self.ids.insert(s.to_owned(), id);
+        id
+    }
+}
+
+impl<'a> Builder<'a> {
+    fn new(dict: &'a ProfilesDictionary) -> Self {
+        Builder {
+            dict,
+            names: Interner::default(),
+            values: Interner::default(),
+            label_set_ids: HashMap::new(),
+            label_sets: Vec::new(),
+            label_cache: HashMap::new(),
+            sample_attr_cache: HashMap::new(),
+            series_ids: HashMap::new(),
+            series: Vec::new(),
+            function_ids: HashMap::new(),
+            functions: Vec::new(),
+            function_cache: HashMap::new(),
+            location_ids: HashMap::new(),
+            locations: Vec::new(),
+            location_digests: Vec::new(),
+            location_cache: HashMap::new(),
+            stack_ids: HashMap::new(),
+            stacks: Vec::new(),
+            stack_cache: HashMap::new(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn string(&self, index: i32) -> &'a str {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.dict.string_table.get(i))
+            .map_or("", String::as_str)
+    }
+
+    fn label(&mut self, key: &str, value: Option<&AnyValue>) -> Option<(u32, u32)> {
+        let text = value.map(any_value_to_string).unwrap_or_default();
+        let name = label_name(key);
+        if text.is_empty() || name.is_empty() {
+            return None;
+        }
+        Some((self.names.id(&name), self.values.id(&text)))
+    }
+
+    fn resource_labels(&mut self, attributes: &[KeyValue]) -> Vec<(u32, u32)> {
+        attributes
+            .iter()
+            .filter_map(|kv| self.label(&kv.key, kv.value.as_ref()))
+            .collect()
+    }
+
+    fn sample_label(&mut self, index: i32) -> Option<(u32, u32)> {
+        if let Some(cached) = self.sample_attr_cache.get(&index) {
+            return *cached;
+        }
+        let dict = self.dict;
+        let label = usize::try_from(index)
+            .ok()
+            .filter(|&i| i > 0)
+            .and_then(|i| dict.attribute_table.get(i))
+            .and_then(|kv| {
+                let key = self.string(kv.key_strindex);
+                self.label(key, kv.value.as_ref())
+            });
+        self.sample_attr_cache.insert(index, label);
+        label
+    }
+
+    fn label_set(&mut self, resource: usize, base: &[(u32, u32)], attrs: &[i32]) -> u32 {
+        let key = (resource, attrs.to_vec());
+        if let Some(&id) = self.label_cache.get(&key) {
+            return id;
+        }
+        // Later entries win: resource first, then the sample's own attributes.
+        let mut by_name: HashMap<u32, u32> = HashMap::new();
+        for &(n, v) in base {
+            by_name.entry(n).or_insert(v);
+        }
+        for &i in attrs {
+            if let Some((n, v)) = self.sample_label(i) {
+                by_name.insert(n, v);
+            }
+        }
+        let mut set: Vec<(u32, u32)> = by_name.into_iter().collect();
+        set.sort_unstable();
+        let id = match self.label_set_ids.get(&set) {
+            Some(&id) => id,
+            None => {
+                let id = self.label_sets.len() as u32;
+                self.label_sets.push(set.clone());
+                self.label_set_ids.insert(set, id);
+                id
+            }
+        };
+        self.label_cache.insert(key, id);
+        id
+    }
+
+    fn series_of(&mut self, profile: &Profile) -> u32 {
+        let (sample_type, sample_unit) = profile
+            .sample_type
+            .map(|vt| (self.string(vt.type_strindex), self.string(vt.unit_strindex)))
+            .unwrap_or(("", ""));
+        let (period_type, period_unit) = profile
+            .period_type
+            .map(|vt| (self.string(vt.type_strindex), self.string(vt.unit_strindex)))
+            .unwrap_or(("", ""));
+        let on_cpu = (sample_type, sample_unit, period_type, period_unit)
+            == ("samples", "count", "cpu", "nanoseconds");
+        let off_cpu = (sample_type, sample_unit) == ("wallclock", "nanoseconds");
+        let heap = matches!(
+            sample_type,
+            "inuse_objects" | "inuse_space" | "alloc_objects" | "alloc_space"
+        );
+        let producer = if on_cpu || off_cpu {
+            AGENT_PRODUCER
+        } else if heap {
+            MEMORY_PRODUCER
+        } else {
+            DEFAULT_PRODUCER
+        };
+        // CPU profiles are deltas over their window; the agent's rows say 1 s when the
+        // window is not known.
+        let duration = match profile.duration_nano {
+            0 if on_cpu || off_cpu => 1_000_000_000,
+            d => d,
+        };
+        let series = Series {
+            producer: producer.to_owned(),
+            sample_type: sample_type.to_owned(),
+            sample_unit: sample_unit.to_owned(),
+            period_type: period_type.to_owned(),
+            period_unit: period_unit.to_owned(),
+            period: profile.period,
+            duration,
+            temporality: (duration != 0).then_some("delta"),
+        };
+        if let Some(&id) = self.series_ids.get(&series) {
+            return id;
+        }
+        let id = self.series.len() as u32;
+        self.series.push(series.clone());
+        self.series_ids.insert(series, id);
+        id
+    }
+
+    fn profile(&mut self, resource: usize, base: &[(u32, u32)], profile: &Profile, now: i64) {
+        let series = self.series_of(profile);
+        let profile_time = match profile.time_unix_nano {
+            0 => now,
+            t => i64::try_from(t).unwrap_or(i64::MAX),
+        };
+        for sample in &profile.samples {
+            let value = match sample.values.first() {
+                Some(&v) => v,
+                None => i64::try_from(sample.timestamps_unix_nano.len().max(1)).unwrap_or(1),
+            };
+            let timestamp = sample
+                .timestamps_unix_nano
+                .iter()
+                .min()
+                .map_or(profile_time, |&t| i64::try_from(t).unwrap_or(i64::MAX));
+            let labels = self.label_set(resource, base, &sample.attribute_indices);
+            let stack = self.stack(sample.stack_index);
+            self.rows.push(Row {
+                labels,
+                series,
+                stack,
+                value,
+                timestamp,
+            });
+        }
+    }
+
+    fn stack(&mut self, index: i32) -> u32 {
+        if let Some(&id) = self.stack_cache.get(&index) {
+            return id;
+        }
+        let dict = self.dict;
+        let locations: Vec<u32> = usize::try_from(index)
+            .ok()
+            .and_then(|i| dict.stack_table.get(i))
+            .map(|s| {
+                s.location_indices
+                    .iter()
+                    .map(|&l| self.location(l))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let id = match self.stack_ids.get(&locations) {
+            Some(&id) => id,
+            None => {
+                let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+                for &l in &locations {
+                    ctx.update(&self.location_digests[l as usize]);
+                }
+                let id = self.stacks.len() as u32;
+                self.stacks.push(StackRec {
+                    id: first16(ctx.finish().as_ref()),
+                    locations: locations.clone(),
+                });
+                self.stack_ids.insert(locations, id);
+                id
+            }
+        };
+        self.stack_cache.insert(index, id);
+        id
+    }
+
+    fn mapping(&self, location: &Location) -> Option<&'a Mapping> {
+        let dict = self.dict;
+        usize::try_from(location.mapping_index)
+            .ok()
+            .filter(|&i| i > 0)
+            .and_then(|i| dict.mapping_table.get(i))
+    }
+
+    fn build_id(&self, mapping: &Mapping) -> Option<String> {
+        [
+            semconv::BUILD_ID_GNU,
+            semconv::BUILD_ID_GO,
+            semconv::BUILD_ID_HTLHASH,
+        ]
+        .iter()
+        .find_map(|key| {
+            attribute_value(self.dict, &mapping.attribute_indices, key)
+                .map(any_value_to_string)
+                .filter(|s| !s.is_empty())
+        })
+    }
+
+    fn location(&mut self, index: i32) -> u32 {
+        if let Some(&id) = self.location_cache.get(&index) {
+            return id;
+        }
+        let dict = self.dict;
+        let loc = match usize::try_from(index)
+            .ok()
+            .and_then(|i| dict.location_table.get(i))
+        {
+            Some(l) => self.convert_location(l),
+            None => Loc {
+                address: 0,
+                frame_type: "native".into(),
+                mapping_file: Some(UNKNOWN.into()),
+                build_id: None,
+                lines: Vec::new(),
+            },
+        };
+        let id = match self.location_ids.get(&loc) {
+            Some(&id) => id,
+            None => {
+                let id = self.locations.len() as u32;
+                self.location_digests
+                    .push(location_digest(&loc, &self.functions));
+                self.locations.push(loc.clone());
+                self.location_ids.insert(loc, id);
+                id
+            }
+        };
+        self.location_cache.insert(index, id);
+        id
+    }
+
+    fn convert_location(&mut self, l: &Location) -> Loc {
+        let mapping = self.mapping(l);
+        let filename = mapping.map_or("", |m| self.string(m.filename_strindex));
+        let declared_type = attribute_value(self.dict, &l.attribute_indices, semconv::FRAME_TYPE)
+            .map(any_value_to_string)
+            .filter(|s| !s.is_empty());
+        let frame_type = match &declared_type {
+            Some(t) => t.clone(),
+            None if filename == KERNEL_MAPPING => "kernel".to_owned(),
+            None => "native".to_owned(),
+        };
+        // eBPF profilers (which type every frame) send file-relative addresses already;
+        // pprof-born data has runtime addresses inside its mapping's range.
+        let address = match mapping {
+            Some(m)
+                if declared_type.is_none()
+                    && m.memory_limit > m.memory_start
+                    && (m.memory_start..m.memory_limit).contains(&l.address) =>
+            {
+                l.address - m.memory_start + m.file_offset
+            }
+            _ => l.address,
+        };
+        let mut lines: Vec<LineRec> = l
+            .lines
+            .iter()
+            .map(|line| LineRec {
+                line: u64::try_from(line.line).unwrap_or(0),
+                column: u64::try_from(line.column).unwrap_or(0),
+                function: self.function(line.function_index, frame_type == "kernel"),
+            })
+            .collect();
+        let (mapping_file, build_id) = match frame_type.as_str() {
+            "kernel" => {
+                if lines.is_empty() {
+                    let function = self.intern_function(Func {
+                        name: UNKNOWN.into(),
+                        system_name: String::new(),
+                        filename: Some("vmlinux".into()),
+                        start_line: 0,
+                    });
+                    lines.push(LineRec {
+                        line: 0,
+                        column: 0,
+                        function,
+                    });
+                }
+                (Some(KERNEL_MAPPING.to_owned()), None)
+            }
+            "abort-marker" => (Some(ABORT_MAPPING.to_owned()), None),
+            _ => match mapping {
+                Some(m) => (
+                    Some(if filename.is_empty() {
+                        UNKNOWN.to_owned()
+                    } else {
+                        filename.to_owned()
+                    }),
+                    self.build_id(m),
+                ),
+                None => (None, None),
+            },
+        };
+        Loc {
+            address,
+            frame_type,
+            mapping_file,
+            build_id,
+            lines,
+        }
+    }
+
+    fn function(&mut self, index: i32, kernel: bool) -> u32 {
+        if let Some(&id) = self.function_cache.get(&(index, kernel)) {
+            return id;
+        }
+        let dict = self.dict;
+        let f = usize::try_from(index)
+            .ok()
+            .and_then(|i| dict.function_table.get(i));
+        let name = f.map_or("", |f| self.string(f.name_strindex));
+        let system_name = f.map_or("", |f| self.string(f.system_name_strindex));
+        let filename = f.map_or("", |f| self.string(f.filename_strindex));
+        let func = Func {
+            name: if name.is_empty() && system_name.is_empty() {
+                UNKNOWN.to_owned()
+            } else {
+                name.to_owned()
+            },
+            system_name: system_name.to_owned(),
+            filename: match filename {
+                "" if kernel => Some("vmlinux".to_owned()),
+                "" => None,
+                f => Some(f.to_owned()),
+            },
+            start_line: f.map_or(0, |f| u64::try_from(f.start_line).unwrap_or(0)),
+        };
+        let id = self.intern_function(func);
+        self.function_cache.insert((index, kernel), id);
+        id
+    }
+
+    fn intern_function(&mut self, func: Func) -> u32 {
+        if let Some(&id) = self.function_ids.get(&func) {
+            return id;
+        }
+        let id = self.functions.len() as u32;
+        self.functions.push(func.clone());
+        self.function_ids.insert(func, id);
+        id
+    }
+
+    fn finish(mut self) -> Model {
+        // Label names sorted; each set as one optional value per name.
+        let mut order: Vec<u32> = (0..self.names.strings.len() as u32).collect();
+        order.sort_by(|&a, &b| self.names.strings[a as usize].cmp(&self.names.strings[b as usize]));
+        let mut column_of = vec![0usize; order.len()];
+        for (column, &name) in order.iter().enumerate() {
+            column_of[name as usize] = column;
+        }
+        let label_names: Vec<String> = order
+            .iter()
+            .map(|&n| self.names.strings[n as usize].clone())
+            .collect();
+        let label_sets: Vec<Vec<Option<String>>> = self
+            .label_sets
+            .iter()
+            .map(|set| {
+                let mut values = vec![None; label_names.len()];
+                for &(n, v) in set {
+                    values[column_of[n as usize]] = Some(self.values.strings[v as usize].clone());
+                }
+                values
+            })
+            .collect();
+        // Rows ordered by series, then by label values (so equal labels are adjacent).
+        let mut label_rank = vec![0u32; label_sets.len()];
+        let mut by_values: Vec<u32> = (0..label_sets.len() as u32).collect();
+        by_values.sort_by(|&a, &b| label_sets[a as usize].cmp(&label_sets[b as usize]));
+        for (rank, &set) in by_values.iter().enumerate() {
+            label_rank[set as usize] = rank as u32;
+        }
+        self.rows.sort_by_key(|r| {
+            (
+                r.series,
+                label_rank[r.labels as usize],
+                r.timestamp,
+                r.stack,
+            )
+        });
+        Model {
+            label_names,
+            label_sets,
+            series: self.series,
+            stacks: self.stacks,
+            locations: self.locations,
+            functions: self.functions,
+            rows: self.rows,
+        }
+    }
+}
+
+fn first16(digest: &[u8]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for (o, d) in out.iter_mut().zip(digest) {
+        *o = *d;
+    }
+    out
+}
+
+/// A hash of what a location means (address, mapping, build id, type, lines with their
+/// functions), so that equal stacks get equal ids in every batch.
+fn location_digest(loc: &Loc, functions: &[Func]) -> [u8; 16] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut text = |s: Option<&str>| {
+        match s {
+            Some(s) => {
+                ctx.update(&[1]);
+                ctx.update(&(s.len() as u64).to_le_bytes());
+                ctx.update(s.as_bytes());
+            }
+            None => ctx.update(&[0]),
+        };
+    };
+    text(Some(&loc.frame_type));
+    text(loc.mapping_file.as_deref());
+    text(loc.build_id.as_deref());
+    for line in &loc.lines {
+        let f = functions.get(line.function as usize);
+        text(f.map(|f| f.name.as_str()));
+        text(f.map(|f| f.system_name.as_str()));
+        text(f.and_then(|f| f.filename.as_deref()));
+    }
+    ctx.update(&loc.address.to_le_bytes());
+    for line in &loc.lines {
+        ctx.update(&line.line.to_le_bytes());
+        ctx.update(&line.column.to_le_bytes());
+        let start = functions
+            .get(line.function as usize)
+            .map_or(0, |f| f.start_line);
+        ctx.update(&start.to_le_bytes());
+    }
+    first16(ctx.finish().as_ref())
+}

@@ -14,7 +14,12 @@ pub fn registry() -> Result<Registry, DuplicateType> {
     r.processor(profcol_processor_batch::BatchFactory)?
         .processor(profcol_processor_memory_limiter::MemoryLimiterFactory)?
         .processor(profcol_processor_resource::ResourceFactory)?
-        .processor(profcol_processor_service_name::ServiceNameFactory)?;
+        .processor(profcol_processor_service_name::ServiceNameFactory)?
+        .processor(profcol_processor_k8s_attributes::K8sAttributesFactory)?;
+    r.processor_alias(
+        profcol_processor_k8s_attributes::ALIAS,
+        profcol_processor_k8s_attributes::TYPE_NAME,
+    )?;
     r.exporter(profcol_exporter_otlp::OtlpExporterFactory)?
         .exporter(profcol_exporter_otlp::OtlpHttpExporterFactory)?
         .exporter(profcol_exporter_pprof::PprofExporterFactory)?

@@ -5,6 +5,7 @@
 //! missing peer fails the test instead.
 
 pub mod collector;
+pub mod fake_k8s;
 pub mod otlp_json;
 pub mod parca_fake;
 

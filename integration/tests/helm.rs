@@ -1,0 +1,463 @@
+//! The Helm chart (`deploy/helm/profcol`): every mode and preset combination lints, renders
+//! to manifests that `kubernetes-validate --strict` accepts, and carries a profcol config that
+//! `profcol validate` accepts; typos in values fail the schema; the presets ask for exactly
+//! what they need; the sidecar example really forwards eBPF profiles.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use profcol_integration::collector::{Collector, eventually, free_port};
+use profcol_integration::{have_peer, profcol_bin, repo, root, scratch};
+use serde_yaml_ng::Value;
+
+const KUBE_VERSION: &str = "1.33.0";
+
+fn chart() -> PathBuf {
+    repo().join("deploy/helm/profcol")
+}
+
+fn helm_bin() -> String {
+    std::env::var("PROFCOL_HELM").unwrap_or_else(|_| {
+        repo()
+            .join("target/peers/helm/helm3/helm/helm")
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+fn kubernetes_validate_bin() -> String {
+    std::env::var("PROFCOL_KUBERNETES_VALIDATE").unwrap_or_else(|_| {
+        repo()
+            .join(".venv/bin/kubernetes-validate")
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
+fn have_tools() -> bool {
+    have_peer(&helm_bin(), "the Helm chart") && have_peer(&kubernetes_validate_bin(), "manifests")
+}
+
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"))
+}
+
+fn helm(args: &[&str]) -> Output {
+    run(&helm_bin(), args)
+}
+
+/// `helm template` with `settings` (`--set` or `-f` pairs), asserting success.
+fn render(settings: &[&str], kube_version: &str) -> String {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "t",
+        chart.to_str().expect("utf-8 path"),
+        "--kube-version",
+        kube_version,
+    ];
+    args.extend_from_slice(settings);
+    let out = helm(&args);
+    assert!(
+        out.status.success(),
+        "helm template {settings:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 manifests")
+}
+
+fn lint(settings: &[&str]) {
+    let chart = chart();
+    let mut args = vec!["lint", "--strict", chart.to_str().expect("utf-8 path")];
+    args.extend_from_slice(settings);
+    let out = helm(&args);
+    assert!(
+        out.status.success(),
+        "helm lint --strict {settings:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn kubernetes_validate(dir: &Path, manifests: &str, kube_version: &str) {
+    let file = dir.join(format!("rendered-{}.yaml", free_port()));
+    std::fs::write(&file, manifests).expect("write manifests");
+    let out = run(
+        &kubernetes_validate_bin(),
+        &[
+            "-k",
+            kube_version,
+            "--strict",
+            "--quiet",
+            file.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "kubernetes-validate: {}{}\n{manifests}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn documents(manifests: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(manifests)
+        .map(|d| serde::Deserialize::deserialize(d).expect("yaml document"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn kind<'a>(docs: &'a [Value], kind: &str) -> Option<&'a Value> {
+    docs.iter().find(|d| d["kind"].as_str() == Some(kind))
+}
+
+/// The profcol config inside the rendered ConfigMap.
+fn profcol_config(docs: &[Value]) -> String {
+    kind(docs, "ConfigMap").expect("a ConfigMap")["data"]["relay"]
+        .as_str()
+        .expect("data.relay")
+        .to_owned()
+}
+
+/// The pod spec of the DaemonSet or Deployment.
+fn pod_spec(docs: &[Value]) -> &Value {
+    let workload = kind(docs, "DaemonSet")
+        .or_else(|| kind(docs, "Deployment"))
+        .expect("a workload");
+    &workload["spec"]["template"]["spec"]
+}
+
+fn profcol_container(docs: &[Value]) -> &Value {
+    pod_spec(docs)["containers"]
+        .as_sequence()
+        .and_then(|c| c.iter().find(|c| c["name"].as_str() == Some("profcol")))
+        .expect("the profcol container")
+}
+
+/// `profcol validate` on a rendered config, with the downward-API variables set.
+fn profcol_validate(dir: &Path, config: &str) {
+    let file = dir.join(format!("relay-{}.yaml", free_port()));
+    std::fs::write(&file, config).expect("write config");
+    let out = Command::new(profcol_bin())
+        .args(["validate", "--config"])
+        .arg(&file)
+        .env("MY_POD_IP", "127.0.0.1")
+        .env("K8S_NODE_NAME", "node-a")
+        .output()
+        .expect("profcol validate");
+    assert!(
+        out.status.success(),
+        "profcol validate: {}\n{config}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_sequence()
+        .map(|s| s.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_mode_and_preset_combination_lints_renders_and_validates() {
+    if !have_tools() {
+        return;
+    }
+    let dir = scratch("helm-combinations");
+    let mut checked = 0;
+    for mode in ["daemonset", "deployment"] {
+        for profiling in [false, true] {
+            for k8s in [false, true] {
+                let settings = [
+                    format!("mode={mode}"),
+                    format!("presets.profiling.enabled={profiling}"),
+                    format!("presets.kubernetesAttributes.enabled={k8s}"),
+                ];
+                let args: Vec<&str> = settings.iter().flat_map(|s| ["--set", s]).collect();
+                if profiling && mode == "deployment" {
+                    let out = helm(
+                        &[
+                            &["template", "t", chart().to_str().expect("path")],
+                            &args[..],
+                        ]
+                        .concat(),
+                    );
+                    assert!(!out.status.success());
+                    assert!(
+                        String::from_utf8_lossy(&out.stderr).contains("needs mode: daemonset"),
+                        "{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    continue;
+                }
+                lint(&args);
+                let manifests = render(&args, KUBE_VERSION);
+                kubernetes_validate(&dir, &manifests, KUBE_VERSION);
+                let docs = documents(&manifests);
+                assert!(
+                    kind(
+                        &docs,
+                        if mode == "daemonset" {
+                            "DaemonSet"
+                        } else {
+                            "Deployment"
+                        }
+                    )
+                    .is_some()
+                );
+                assert_eq!(kind(&docs, "ClusterRole").is_some(), k8s, "{settings:?}");
+                profcol_validate(&dir, &profcol_config(&docs));
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 6);
+    // Before Kubernetes 1.30 AppArmor is an annotation, not a field.
+    let old = render(&["--set", "presets.profiling.enabled=true"], "1.29.0");
+    kubernetes_validate(&dir, &old, "1.29.0");
+    assert!(old.contains("container.apparmor.security.beta.kubernetes.io/profcol: unconfined"));
+    assert!(!old.contains("appArmorProfile"));
+}
+
+#[test]
+fn the_profiling_preset_asks_for_capabilities_not_privileges() {
+    if !have_tools() {
+        return;
+    }
+    let docs = documents(&render(
+        &["--set", "presets.profiling.enabled=true"],
+        KUBE_VERSION,
+    ));
+    let pod = pod_spec(&docs);
+    assert_eq!(pod["hostPID"].as_bool(), Some(true));
+    let container = profcol_container(&docs);
+    let security = &container["securityContext"];
+    assert!(security["privileged"].is_null(), "never privileged");
+    assert_eq!(security["allowPrivilegeEscalation"].as_bool(), Some(false));
+    assert_eq!(strings(&security["capabilities"]["drop"]), ["ALL"]);
+    assert_eq!(
+        strings(&security["capabilities"]["add"]),
+        ["BPF", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE", "SYSLOG"]
+    );
+    assert_eq!(security["readOnlyRootFilesystem"].as_bool(), Some(true));
+    let tracefs_mount = container["volumeMounts"]
+        .as_sequence()
+        .and_then(|m| m.iter().find(|m| m["name"].as_str() == Some("tracefs")))
+        .expect("tracefs mounted");
+    assert_eq!(
+        tracefs_mount["mountPath"].as_str(),
+        Some("/sys/kernel/tracing")
+    );
+    assert_eq!(tracefs_mount["readOnly"].as_bool(), Some(true));
+    let config: Value = serde_yaml_ng::from_str(&profcol_config(&docs)).expect("config yaml");
+    let pipeline = &config["service"]["pipelines"]["profiles"];
+    assert!(strings(&pipeline["receivers"]).contains(&"profiling"));
+    assert_eq!(
+        strings(&pipeline["processors"]),
+        ["memory_limiter", "service_name", "batch"]
+    );
+    assert_eq!(
+        config["receivers"]["profiling"]["samples_per_second"].as_u64(),
+        Some(19)
+    );
+    // Without the preset profcol runs as a non-root user with no capabilities.
+    let plain = documents(&render(&[], KUBE_VERSION));
+    let security = &profcol_container(&plain)["securityContext"];
+    assert_eq!(security["runAsNonRoot"].as_bool(), Some(true));
+    assert!(security["capabilities"]["add"].is_null());
+    assert!(pod_spec(&plain)["hostPID"].is_null());
+}
+
+#[test]
+fn the_kubernetes_attributes_preset_watches_its_node_with_minimal_rbac() {
+    if !have_tools() {
+        return;
+    }
+    let docs = documents(&render(
+        &[
+            "--set",
+            "presets.profiling.enabled=true",
+            "--set",
+            "presets.kubernetesAttributes.enabled=true",
+        ],
+        KUBE_VERSION,
+    ));
+    let env = profcol_container(&docs)["env"]
+        .as_sequence()
+        .expect("env")
+        .clone();
+    let node = env
+        .iter()
+        .find(|e| e["name"].as_str() == Some("K8S_NODE_NAME"))
+        .expect("K8S_NODE_NAME");
+    assert_eq!(
+        node["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        Some("spec.nodeName")
+    );
+    let config: Value = serde_yaml_ng::from_str(&profcol_config(&docs)).expect("config yaml");
+    let k8s = &config["processors"]["k8s_attributes"];
+    assert_eq!(
+        k8s["filter"]["node_from_env_var"].as_str(),
+        Some("K8S_NODE_NAME")
+    );
+    assert_eq!(
+        k8s["pod_association"][0]["sources"][0]["name"].as_str(),
+        Some("container.id"),
+        "the eBPF receiver's container.id is tried first"
+    );
+    assert_eq!(
+        strings(&config["service"]["pipelines"]["profiles"]["processors"]),
+        ["memory_limiter", "k8s_attributes", "service_name", "batch"]
+    );
+    let role = kind(&docs, "ClusterRole").expect("ClusterRole");
+    let mut rules: Vec<(Vec<&str>, Vec<&str>, Vec<&str>)> = role["rules"]
+        .as_sequence()
+        .expect("rules")
+        .iter()
+        .map(|r| {
+            let mut verbs = strings(&r["verbs"]);
+            verbs.sort_unstable();
+            (strings(&r["apiGroups"]), strings(&r["resources"]), verbs)
+        })
+        .collect();
+    rules.sort();
+    let read = vec!["get", "list", "watch"];
+    assert_eq!(
+        rules,
+        [
+            (vec![""], vec!["pods", "namespaces"], read.clone()),
+            (vec!["apps"], vec!["replicasets"], read.clone()),
+            (vec!["extensions"], vec!["replicasets"], read.clone()),
+        ]
+    );
+    let binding = kind(&docs, "ClusterRoleBinding").expect("ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["name"].as_str(), Some("t-profcol"));
+    assert_eq!(
+        pod_spec(&docs)["serviceAccountName"].as_str(),
+        Some("t-profcol")
+    );
+    // A gateway watches the whole cluster: no node filter.
+    let gateway = documents(&render(
+        &[
+            "--set",
+            "mode=deployment",
+            "--set",
+            "presets.kubernetesAttributes.enabled=true",
+        ],
+        KUBE_VERSION,
+    ));
+    let config: Value = serde_yaml_ng::from_str(&profcol_config(&gateway)).expect("config yaml");
+    assert!(config["processors"]["k8s_attributes"]["filter"].is_null());
+}
+
+#[test]
+fn typos_in_values_fail_the_schema() {
+    if !have_tools() {
+        return;
+    }
+    for (setting, wrong) in [
+        ("presets.profilng.enabled=true", "profilng"),
+        ("mode=daemonsets", "mode"),
+        ("config.recievers.otlp=null", "recievers"),
+        ("ports.otlp.containerport=4317", "containerport"),
+        ("serviceAccount.craete=true", "craete"),
+    ] {
+        let out = helm(&[
+            "template",
+            "t",
+            chart().to_str().expect("path"),
+            "--set",
+            setting,
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{setting} was accepted");
+        assert!(
+            err.contains("schema") && err.contains(wrong),
+            "{setting}: {err}"
+        );
+    }
+}
+
+#[test]
+fn example_values_render_to_valid_manifests_and_configs() {
+    if !have_tools() {
+        return;
+    }
+    let dir = scratch("helm-examples");
+    let examples = repo().join("config/examples/helm");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&examples).expect("examples") {
+        let path = entry.expect("entry").path();
+        if !path.to_string_lossy().ends_with(".values.yaml") {
+            continue;
+        }
+        let file = path.to_str().expect("utf-8 path");
+        lint(&["-f", file]);
+        let manifests = render(&["-f", file], KUBE_VERSION);
+        kubernetes_validate(&dir, &manifests, KUBE_VERSION);
+        profcol_validate(&dir, &profcol_config(&documents(&manifests)));
+        seen += 1;
+    }
+    assert_eq!(seen, 3);
+}
+
+#[test]
+fn the_sidecar_forwards_ebpf_profiles_to_the_collector_next_door() {
+    if !have_tools() || !root() {
+        return;
+    }
+    let dir = scratch("helm-sidecar");
+    let values = repo().join("config/examples/helm/sidecar.values.yaml");
+    let docs = documents(&render(
+        &["-f", values.to_str().expect("utf-8 path")],
+        KUBE_VERSION,
+    ));
+    let names: Vec<&str> = pod_spec(&docs)["containers"]
+        .as_sequence()
+        .expect("containers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["profcol", "otelcol"], "one pod, both collectors");
+    // The collector next door: a profcol with an OTLP receiver writing what it gets to a file.
+    let (grpc, health, metrics) = (free_port(), free_port(), free_port());
+    let out = dir.join("next-door.jsonl");
+    let next_door = format!(
+        "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{grpc}\nexporters:\n  file:\n    path: {}\n    flush_interval: 100ms\nextensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\nservice:\n  extensions: [health_check]\n  telemetry:\n    metrics:\n      address: 127.0.0.1:{metrics}\n  pipelines:\n    profiles:\n      receivers: [otlp]\n      exporters: [file]\n",
+        out.display()
+    );
+    let collector = Collector::start(&dir, "next-door", &next_door, health, metrics);
+    // The rendered sidecar config as it is, but on free ports: tests run side by side.
+    let (sidecar_health, sidecar_metrics) = (free_port(), free_port());
+    let config = profcol_config(&docs)
+        .replace(":13134", &format!(":{sidecar_health}"))
+        .replace(":8889", &format!(":{sidecar_metrics}"));
+    let config_file = dir.join("sidecar.yaml");
+    std::fs::write(&config_file, &config).expect("write config");
+    let sidecar = Collector::start_file(
+        &dir,
+        "sidecar",
+        &config_file,
+        &[
+            ("MY_POD_IP", "127.0.0.1".to_owned()),
+            ("OTELCOL_ENDPOINT", format!("127.0.0.1:{grpc}")),
+        ],
+        sidecar_health,
+        sidecar_metrics,
+    );
+    let arrived = eventually(Duration::from_secs(30), || {
+        std::fs::read_to_string(&out).is_ok_and(|t| t.contains("\"service.name\""))
+    });
+    assert!(
+        arrived,
+        "no profiles with service.name reached the collector next door:\n{}\n{}",
+        sidecar.logs(),
+        collector.logs()
+    );
+    assert!(sidecar.stop().success());
+    assert!(collector.stop().success());
+}

@@ -35,6 +35,9 @@ enum Command {
     Convert(commands::convert::Args),
     /// Summarize a profile: sample types, counts, totals and the top functions.
     Inspect(commands::inspect::Args),
+    /// Bytes per sample of a recorded corpus in OTLP (none, gzip, zstd) and Arrow v2 (none,
+    /// lz4, zstd), batch by batch as the exporters send it.
+    WireSize(commands::wire_size::Args),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
         // Bad input files are a usage error: exit 2.
         Some(Command::Convert(args)) => (commands::convert::run(args), 2),
         Some(Command::Inspect(args)) => (commands::inspect::run(args), 2),
+        Some(Command::WireSize(args)) => (commands::wire_size::run(args), 2),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,4 @@
-//! `profcol convert` and `inspect` end to end, judged by independent readers:
+//! `profcol convert`, `inspect` and `wire-size` end to end, judged by independent readers:
 //! `go tool pprof -raw` before and after the pprof → OTLP → pprof round trip, and the
 //! official Python opentelemetry-proto decoder on profcol's OTLP output.
 
@@ -435,5 +435,47 @@ fn millions_of_strings_are_bounded_by_the_input_limit() {
     assert!(
         stderr.contains("exceeds the limit of 1000000 bytes"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn wire_size_measures_every_encoding_of_the_recorded_corpus() {
+    let corpus =
+        profcol_integration::repo().join("testdata/corpus/ebpf-mixed-4min-unsymbolized.otlp.pb.gz");
+    let corpus = corpus.to_string_lossy();
+    let figures = |merge: &str| -> serde_json::Value {
+        let out = profcol_ok(&["wire-size", &corpus, "--merge", merge, "--json"]);
+        serde_json::from_slice(&out).expect("wire-size --json")
+    };
+    let recorded = figures("1");
+    assert_eq!(recorded["batches"], 26);
+    assert_eq!(recorded["samples"], 9580);
+    assert_eq!(recorded["rows"], 6871);
+    let bytes = |v: &serde_json::Value, name: &str| -> f64 {
+        v["encodings"]
+            .as_array()
+            .and_then(|e| e.iter().find(|e| e["encoding"] == name))
+            .and_then(|e| e["bytes"].as_f64())
+            .unwrap_or_else(|| panic!("{name} missing: {v}"))
+    };
+    // Compression helps, and the uncompressed OTLP is exactly the recorded batches.
+    assert!(bytes(&recorded, "OTLP + zstd-3") < bytes(&recorded, "OTLP protobuf") / 2.0);
+    assert!(bytes(&recorded, "OTLP + gzip-1") < bytes(&recorded, "OTLP protobuf") / 2.0);
+    assert!(bytes(&recorded, "Arrow v2 + zstd") < bytes(&recorded, "Arrow v2 + lz4"));
+    assert!(bytes(&recorded, "Arrow v2 + lz4") < bytes(&recorded, "Arrow v2"));
+    // Merging six records into one batch sends the same samples in fewer, cheaper requests.
+    let merged = figures("6");
+    assert_eq!(merged["batches"], 5);
+    assert_eq!(merged["samples"], 9580);
+    for name in ["OTLP + zstd-3", "Arrow v2 + zstd"] {
+        assert!(bytes(&merged, name) < bytes(&recorded, name), "{name}");
+    }
+    // Not a length-prefixed record file: one clear line, exit 2.
+    let out = profcol(&["wire-size", &fixture("go-cpu.pb.gz").to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not a length-prefixed ProfilesData file"),
+        "{err}"
     );
 }

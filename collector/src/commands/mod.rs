@@ -4,6 +4,7 @@ pub mod components;
 pub mod convert;
 pub mod inspect;
 pub mod run;
+pub mod wire_size;
 
 use anyhow::Context as _;
 use profcol_core::pdata::ProfileBatch;

@@ -217,7 +217,15 @@ async fn run_and_watch_readiness(yaml: &str, wait: Duration) -> (Result<(), Serv
     let (s, st) = (stop.clone(), status.clone());
     let service = tokio::spawn(async move {
         let reg = registry();
-        run(config, &reg, Telemetry::new(), st, s, ServiceOptions::default()).await
+        run(
+            config,
+            &reg,
+            Telemetry::new(),
+            st,
+            s,
+            ServiceOptions::default(),
+        )
+        .await
     });
     tokio::time::sleep(wait).await;
     let ready = status.ready_since().is_some();

@@ -331,6 +331,7 @@ fn the_kubernetes_attributes_preset_watches_its_node_with_minimal_rbac() {
         [
             (vec![""], vec!["pods", "namespaces"], read.clone()),
             (vec!["apps"], vec!["replicasets"], read.clone()),
+            (vec!["batch"], vec!["jobs"], read.clone()),
             (vec!["extensions"], vec!["replicasets"], read.clone()),
         ]
     );

@@ -40,6 +40,9 @@ pub struct Options {
     pub fail_writes: Option<Code>,
     /// Answer the first `ShouldInitiateUpload` of each build id with "in progress".
     pub first_upload_in_progress: bool,
+    /// Refuse a `WriteArrow` whose IPC stream is larger, as a Go gRPC server refuses a
+    /// message over its receive limit: RESOURCE_EXHAUSTED without RetryInfo.
+    pub max_message_bytes: Option<usize>,
 }
 
 /// What the fake received.
@@ -340,6 +343,14 @@ impl ProfileStoreService for Shared {
     ) -> Result<Response<store::WriteArrowResponse>, Status> {
         self.write_allowed(&request)?;
         let ipc = request.into_inner().ipc_buffer;
+        let limit = self.lock().options.max_message_bytes;
+        if let Some(max) = limit.filter(|&m| ipc.len() > m) {
+            self.lock().received.refused += 1;
+            return Err(Status::resource_exhausted(format!(
+                "grpc: received message larger than max ({} vs. {max})",
+                ipc.len()
+            )));
+        }
         let record = read_one(&ipc).map_err(Status::invalid_argument)?;
         match record.schema().metadata().get("parca_write_schema_version") {
             Some(v) if v == "v2" => {}

@@ -327,6 +327,55 @@ fn invalid_argument_is_permanent_logged_and_counted() {
     assert!(c.stop().success());
 }
 
+#[test]
+fn a_record_over_the_servers_limit_is_a_permanent_counted_failure() {
+    let dir = scratch("arrow-oversize");
+    let fake = ParcaFake::start(
+        0,
+        &dir.join("fake"),
+        Options {
+            max_message_bytes: Some(512),
+            ..Default::default()
+        },
+    );
+    let p = ports();
+    let jsonl = dir.join("in.jsonl");
+    let c = Collector::start(
+        &dir,
+        "profcol",
+        &config(
+            &p,
+            &[arrow_exporter("arrow", fake.addr.port(), "")],
+            &["arrow"],
+            &jsonl,
+        ),
+        p.health,
+        p.metrics,
+    );
+    assert_eq!(
+        post(p.http, "application/json", ebpf_json().as_bytes()),
+        200
+    );
+    let failed = || {
+        c.metric(
+            "otelcol_exporter_send_failed_profile_samples_total",
+            &[("exporter", "arrow")],
+        )
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || failed() == 3.0),
+        "failed = {}:\n{}",
+        failed(),
+        c.logs()
+    );
+    // RESOURCE_EXHAUSTED without RetryInfo is not retried, as the otlp exporter does.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(fake.received().refused, 1);
+    assert!(fake.received().v2.is_empty());
+    assert!(c.logs().contains("larger than max"), "{}", c.logs());
+    assert!(c.stop().success());
+}
+
 // ---- debuginfo from the eBPF receiver -------------------------------------------------
 
 /// The GNU build id `readelf -n` shows for `path`.

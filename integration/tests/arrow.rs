@@ -275,17 +275,12 @@ fn an_unreachable_server_that_comes_up_later_gets_everything() {
     pyarrow_check("v2", &jsonl, &files);
 }
 
-#[test]
-fn invalid_argument_is_permanent_logged_and_counted() {
-    let dir = scratch("arrow-invalid");
-    let fake = ParcaFake::start(
-        0,
-        &dir.join("fake"),
-        Options {
-            fail_writes: Some(tonic::Code::InvalidArgument),
-            ..Default::default()
-        },
-    );
+/// Runs the exporter against a fake set up to refuse, pushes one batch (3 samples), and
+/// checks the refusal is permanent: counted as failed, one attempt only, and logged with
+/// what the server said (`reason`).
+fn assert_one_counted_permanent_failure(name: &str, options: Options, reason: &[&str]) {
+    let dir = scratch(name);
+    let fake = ParcaFake::start(0, &dir.join("fake"), options);
     let p = ports();
     let jsonl = dir.join("in.jsonl");
     let c = Collector::start(
@@ -319,61 +314,36 @@ fn invalid_argument_is_permanent_logged_and_counted() {
     // Not retried: one attempt only.
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(fake.received().refused, 1);
+    assert!(fake.received().v2.is_empty());
     let logs = c.logs();
-    assert!(
-        logs.contains("InvalidArgument") && logs.contains("the fake refuses this write"),
-        "{logs}"
-    );
+    assert!(reason.iter().all(|r| logs.contains(r)), "{logs}");
     assert!(c.stop().success());
 }
 
 #[test]
+fn invalid_argument_is_permanent_logged_and_counted() {
+    assert_one_counted_permanent_failure(
+        "arrow-invalid",
+        Options {
+            fail_writes: Some(tonic::Code::InvalidArgument),
+            ..Default::default()
+        },
+        &["InvalidArgument", "the fake refuses this write"],
+    );
+}
+
+/// A Go gRPC server refuses a message over its receive limit with RESOURCE_EXHAUSTED and
+/// no RetryInfo: not retried, as the otlp exporter does.
+#[test]
 fn a_record_over_the_servers_limit_is_a_permanent_counted_failure() {
-    let dir = scratch("arrow-oversize");
-    let fake = ParcaFake::start(
-        0,
-        &dir.join("fake"),
+    assert_one_counted_permanent_failure(
+        "arrow-oversize",
         Options {
             max_message_bytes: Some(512),
             ..Default::default()
         },
+        &["larger than max"],
     );
-    let p = ports();
-    let jsonl = dir.join("in.jsonl");
-    let c = Collector::start(
-        &dir,
-        "profcol",
-        &config(
-            &p,
-            &[arrow_exporter("arrow", fake.addr.port(), "")],
-            &["arrow"],
-            &jsonl,
-        ),
-        p.health,
-        p.metrics,
-    );
-    assert_eq!(
-        post(p.http, "application/json", ebpf_json().as_bytes()),
-        200
-    );
-    let failed = || {
-        c.metric(
-            "otelcol_exporter_send_failed_profile_samples_total",
-            &[("exporter", "arrow")],
-        )
-    };
-    assert!(
-        eventually(Duration::from_secs(10), || failed() == 3.0),
-        "failed = {}:\n{}",
-        failed(),
-        c.logs()
-    );
-    // RESOURCE_EXHAUSTED without RetryInfo is not retried, as the otlp exporter does.
-    std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(fake.received().refused, 1);
-    assert!(fake.received().v2.is_empty());
-    assert!(c.logs().contains("larger than max"), "{}", c.logs());
-    assert!(c.stop().success());
 }
 
 // ---- debuginfo from the eBPF receiver -------------------------------------------------

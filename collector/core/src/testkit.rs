@@ -75,6 +75,38 @@ pub fn batch(service: &str, samples: usize) -> ProfileBatch {
     )
 }
 
+/// One resource per entry (None: no `Resource` at all), each with one sample: what
+/// processors that edit resource attributes are tested on.
+pub fn batch_of_resources(resources: Vec<Option<Vec<KeyValue>>>) -> ProfileBatch {
+    let mut b = DictionaryBuilder::new();
+    let sample_type = ValueType {
+        type_strindex: b.string("samples"),
+        unit_strindex: b.string("count"),
+    };
+    let rps = resources
+        .into_iter()
+        .map(|attrs| ResourceProfiles {
+            resource: attrs.map(|attributes| Resource {
+                attributes,
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: vec![Profile {
+                    sample_type: Some(sample_type),
+                    samples: vec![Sample {
+                        values: vec![1],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .collect();
+    ProfileBatch::from_valid(b.finish(), rps)
+}
+
 pub fn string_attribute(key: &str, value: &str) -> KeyValue {
     KeyValue {
         key: key.into(),

@@ -2,8 +2,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use kube::runtime::watcher::Event;
-use profcol_core::pdata::types::{Profile, ResourceProfiles, Sample, ScopeProfiles, ValueType};
-use profcol_core::pdata::{ClientInfo, DictionaryBuilder};
+use profcol_core::pdata::ClientInfo;
 use profcol_core::telemetry::Telemetry;
 use tokio_util::sync::CancellationToken;
 
@@ -12,37 +11,7 @@ use crate::meta::{MetaStores, Needs};
 use crate::metrics::{ASSOCIATIONS, TABLE_SIZE};
 use crate::testutil::{attrs, db, get, settings, web};
 
-/// One resource per entry (None: no `Resource` at all), each with one sample.
-fn batch(resources: Vec<Option<Vec<KeyValue>>>) -> ProfileBatch {
-    let mut b = DictionaryBuilder::new();
-    let st = b.string("samples");
-    let unit = b.string("count");
-    let rps = resources
-        .into_iter()
-        .map(|attrs| ResourceProfiles {
-            resource: attrs.map(|attributes| Resource {
-                attributes,
-                ..Default::default()
-            }),
-            scope_profiles: vec![ScopeProfiles {
-                profiles: vec![Profile {
-                    sample_type: Some(ValueType {
-                        type_strindex: st,
-                        unit_strindex: unit,
-                    }),
-                    samples: vec![Sample {
-                        values: vec![1],
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        })
-        .collect();
-    ProfileBatch::from_valid(b.finish(), rps)
-}
+use profcol_core::testkit::batch_of_resources as batch;
 
 fn from(batch: ProfileBatch, peer: &str) -> ProfileBatch {
     let addr: SocketAddr = peer.parse().expect("addr");

@@ -86,10 +86,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use profcol_core::config::{parse_typed, parse_yaml};
-    use profcol_core::pdata::DictionaryBuilder;
-    use profcol_core::pdata::types::{
-        Profile, ResourceProfiles, Sample, ScopeProfiles, Value, ValueType,
-    };
+    use profcol_core::pdata::types::Value;
 
     fn s(v: &str) -> Option<AnyValue> {
         Some(AnyValue {
@@ -105,38 +102,7 @@ mod tests {
         }
     }
 
-    /// One resource per entry of `resources` (None: no `Resource` at all), each with one
-    /// sample.
-    fn batch(resources: Vec<Option<Vec<KeyValue>>>) -> ProfileBatch {
-        let mut b = DictionaryBuilder::new();
-        let st = b.string("samples");
-        let unit = b.string("count");
-        let rps = resources
-            .into_iter()
-            .map(|attrs| ResourceProfiles {
-                resource: attrs.map(|attributes| Resource {
-                    attributes,
-                    ..Default::default()
-                }),
-                scope_profiles: vec![ScopeProfiles {
-                    profiles: vec![Profile {
-                        sample_type: Some(ValueType {
-                            type_strindex: st,
-                            unit_strindex: unit,
-                        }),
-                        samples: vec![Sample {
-                            values: vec![1],
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            })
-            .collect();
-        ProfileBatch::from_valid(b.finish(), rps)
-    }
+    use profcol_core::testkit::batch_of_resources as batch;
 
     fn processor(yaml: &str) -> ResourceProcessor {
         let config: Config = parse_typed(&parse_yaml("test", yaml).expect("yaml")).expect("parses");

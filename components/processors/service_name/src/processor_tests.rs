@@ -1,6 +1,4 @@
 use super::*;
-use profcol_core::pdata::DictionaryBuilder;
-use profcol_core::pdata::types::{Profile, ResourceProfiles, Sample, ScopeProfiles, ValueType};
 use std::process::{Child, Command};
 
 fn s(v: &str) -> Option<AnyValue> {
@@ -52,37 +50,7 @@ impl Drop for Sleeper {
     }
 }
 
-/// One resource per entry (None: no `Resource` at all), each with one sample.
-fn batch(resources: Vec<Option<Vec<KeyValue>>>) -> ProfileBatch {
-    let mut b = DictionaryBuilder::new();
-    let st = b.string("samples");
-    let unit = b.string("count");
-    let rps = resources
-        .into_iter()
-        .map(|attrs| ResourceProfiles {
-            resource: attrs.map(|attributes| Resource {
-                attributes,
-                ..Default::default()
-            }),
-            scope_profiles: vec![ScopeProfiles {
-                profiles: vec![Profile {
-                    sample_type: Some(ValueType {
-                        type_strindex: st,
-                        unit_strindex: unit,
-                    }),
-                    samples: vec![Sample {
-                        values: vec![1],
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        })
-        .collect();
-    ProfileBatch::from_valid(b.finish(), rps)
-}
+use profcol_core::testkit::batch_of_resources as batch;
 
 fn plain() -> ServiceNameProcessor {
     ServiceNameProcessor::new(Format::Plain, Some(EnvironCache::new()))

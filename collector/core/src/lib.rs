@@ -8,6 +8,7 @@
 pub mod client;
 pub mod component;
 pub mod config;
+pub mod errors;
 pub mod exporterhelper;
 pub mod host_executables;
 pub mod net;

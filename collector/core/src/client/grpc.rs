@@ -188,19 +188,7 @@ pub fn from_grpc_status(status: &tonic::Status) -> ExportError {
     }
 }
 
-/// An error and its sources, `outer: inner: innermost`, skipping repeats.
-pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(error);
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = e.source();
-    }
-    parts.join(": ")
-}
+pub use crate::errors::error_chain;
 
 #[cfg(test)]
 mod tests {

@@ -277,7 +277,7 @@ impl Pusher {
                 "POST {}{}/ingest: {}",
                 self.endpoint.authority,
                 self.endpoint.prefix,
-                error_chain(&e)
+                profcol_core::errors::error_chain(&e)
             ))
         })?;
         let status = response.status();
@@ -332,20 +332,6 @@ pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// An error and its sources, `outer: inner`, skipping repeats.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(error);
-    while let Some(e) = next {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = e.source();
-    }
-    parts.join(": ")
 }
 
 /// The system's root certificates, or the bundled Mozilla roots where it has none.

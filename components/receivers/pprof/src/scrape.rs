@@ -2,7 +2,6 @@
 //! type, each pair in its own task (a slow target or type delays nothing else). CPU is
 //! asked for a window (`?seconds=`); cumulative columns are differenced ([`crate::delta`]).
 
-use std::error::Error as StdError;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -14,6 +13,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use profcol_core::component::Refused;
+use profcol_core::errors::error_chain;
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::pdata::types::KeyValue;
@@ -356,19 +356,4 @@ fn translate(
 
 fn non_empty(batch: ProfileBatch) -> Option<ProfileBatch> {
     (batch.sample_count() > 0).then_some(batch)
-}
-
-/// An error and its causes, `a: b: c` (hyper's own message is terse).
-fn error_chain(e: &(dyn StdError + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }

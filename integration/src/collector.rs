@@ -47,16 +47,50 @@ impl Collector {
         health_port: u16,
         metrics_port: u16,
     ) -> Collector {
+        let mut command = Command::new(crate::profcol_bin());
+        command
+            .arg("--config")
+            .arg(path)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+        Self::launch(dir, name, command, health_port, metrics_port)
+    }
+
+    /// Starts profcol with `config` through `wrapper` (a program that execs the rest of
+    /// its arguments, such as `setpriv` with a capability set).
+    pub fn start_wrapped(
+        dir: &Path,
+        name: &str,
+        config: &str,
+        wrapper: &[&str],
+        health_port: u16,
+        metrics_port: u16,
+    ) -> Collector {
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, config).expect("write config");
+        let (program, args) = wrapper.split_first().expect("a wrapper program");
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .arg(crate::profcol_bin())
+            .arg("--config")
+            .arg(&path);
+        Self::launch(dir, name, command, health_port, metrics_port)
+    }
+
+    fn launch(
+        dir: &Path,
+        name: &str,
+        mut command: Command,
+        health_port: u16,
+        metrics_port: u16,
+    ) -> Collector {
         let log = dir.join(format!("{name}.log"));
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .expect("log file");
-        let child = Command::new(crate::profcol_bin())
-            .arg("--config")
-            .arg(path)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        let child = command
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()

@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use profcol_integration::collector::{Collector, eventually, free_port};
+use profcol_integration::otlp_json::read_samples;
 use profcol_integration::{have_peer, profcol_bin, repo, root, scratch};
 use serde_yaml_ng::Value;
 
@@ -461,4 +462,145 @@ fn the_sidecar_forwards_ebpf_profiles_to_the_collector_next_door() {
     );
     assert!(sidecar.stop().success());
     assert!(collector.stop().success());
+}
+
+/// Runs the profiler as the chart's profiling preset would in its container: uid 0 with
+/// exactly the capabilities the chart adds (setpriv's bounding set drops the rest), and
+/// checks it loads, follows a process and symbolizes both its kernel and user frames.
+#[test]
+fn the_profiling_presets_capabilities_are_enough_for_the_profiler() {
+    if !have_tools() || !root() || !have_peer("setpriv", "running with the chart's capabilities") {
+        return;
+    }
+    let dir = scratch("helm-capabilities");
+    let docs = documents(&render(
+        &["--set", "presets.profiling.enabled=true"],
+        KUBE_VERSION,
+    ));
+    let added = strings(&profcol_container(&docs)["securityContext"]["capabilities"]["add"])
+        .iter()
+        .map(|c| format!("+{}", c.to_lowercase()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let bounding = format!("-all,{added}");
+    // A program that spends its time in write(2): kernel frames under a known caller.
+    let syscaller = dir.join("syscaller");
+    let built = Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&syscaller)
+        .arg(repo().join("integration/peers/native/syscaller.c"))
+        .status()
+        .expect("gcc");
+    assert!(built.success());
+    let (health, metrics) = (free_port(), free_port());
+    let out = dir.join("profiles.jsonl");
+    let config = config_for(&out, health, metrics);
+    let profcol = Collector::start_wrapped(
+        &dir,
+        "capabilities",
+        &config,
+        &["setpriv", "--bounding-set", &bounding, "--"],
+        health,
+        metrics,
+    );
+    // It really runs with only those capabilities (as far as this machine grants them:
+    // where the test's own bounding set lacks one, so does profcol).
+    let capability_set = |pid: &str, field: &str| -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .expect("status")
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .map(|v| u64::from_str_radix(v.trim(), 16).expect("hex"))
+            .expect("capability line")
+    };
+    let effective = capability_set(&profcol.child.id().to_string(), "CapEff:");
+    // CAP_SYS_PTRACE 19, CAP_SYS_RESOURCE 24, CAP_SYSLOG 34, CAP_PERFMON 38, CAP_BPF 39.
+    let chart = [19, 24, 34, 38, 39].iter().fold(0u64, |m, b| m | 1 << b);
+    let expected = chart & capability_set("self", "CapBnd:");
+    assert_eq!(effective, expected, "CapEff {effective:x}");
+    let child = Command::new(&syscaller)
+        .arg("2")
+        .spawn()
+        .expect("syscaller");
+    let pid = child.id().to_string();
+    child.wait_with_output().expect("ran");
+    // Kernel symbols need SYSLOG (kallsyms), user symbols SYS_PTRACE (the process's files).
+    let symbolized = eventually(Duration::from_secs(15), || {
+        let samples = read_samples(&out);
+        let mine = || {
+            samples
+                .iter()
+                .filter(|s| s.resource.get("process.pid") == Some(&pid))
+        };
+        mine().any(|s| {
+            s.frame_types
+                .iter()
+                .zip(&s.frames)
+                .any(|(t, f)| t == "kernel" && f.contains("write"))
+        }) && mine().any(|s| s.frames.iter().any(|f| f == "syscaller_write_loop"))
+    });
+    assert!(
+        symbolized,
+        "no symbolized kernel and user frames with the chart's capabilities:\n{}",
+        profcol.logs()
+    );
+    assert!(profcol.stop().success());
+
+    // And SYSLOG is needed: without it kallsyms reads as zeros, so kernel frames arrive
+    // unsymbolized (still typed kernel, with their addresses).
+    let without_syslog = bounding.replace(",+syslog", "");
+    assert_ne!(without_syslog, bounding);
+    let out = dir.join("profiles-without-syslog.jsonl");
+    let (health, metrics) = (free_port(), free_port());
+    let config = config_for(&out, health, metrics);
+    let profcol = Collector::start_wrapped(
+        &dir,
+        "without-syslog",
+        &config,
+        &["setpriv", "--bounding-set", &without_syslog, "--"],
+        health,
+        metrics,
+    );
+    let child = Command::new(&syscaller)
+        .arg("2")
+        .spawn()
+        .expect("syscaller");
+    let pid = child.id().to_string();
+    child.wait_with_output().expect("ran");
+    let kernel_frames = || -> Vec<String> {
+        read_samples(&out)
+            .into_iter()
+            .filter(|s| s.resource.get("process.pid") == Some(&pid))
+            .flat_map(|s| {
+                s.frame_types
+                    .into_iter()
+                    .zip(s.frames)
+                    .filter(|(t, _)| t == "kernel")
+                    .map(|(_, f)| f)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(15), || !kernel_frames().is_empty()),
+        "no kernel frames without SYSLOG:\n{}",
+        profcol.logs()
+    );
+    let named: Vec<String> = kernel_frames()
+        .into_iter()
+        .filter(|f| !f.starts_with("0x"))
+        .collect();
+    assert!(
+        named.is_empty(),
+        "kernel frames named without SYSLOG: {named:?}"
+    );
+    assert!(profcol.stop().success());
+}
+
+/// The profiling receiver at 99 Hz writing OTLP/JSON lines to `out`.
+fn config_for(out: &Path, health: u16, metrics: u16) -> String {
+    format!(
+        "receivers:\n  profiling:\n    samples_per_second: 99\n    reporter_interval: 1s\nexporters:\n  file:\n    path: {}\n    flush_interval: 200ms\nextensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\nservice:\n  extensions: [health_check]\n  telemetry:\n    metrics:\n      address: 127.0.0.1:{metrics}\n  pipelines:\n    profiles:\n      receivers: [profiling]\n      exporters: [file]\n",
+        out.display()
+    )
 }

@@ -552,3 +552,166 @@ fn an_api_server_that_is_down_never_holds_profiles_back() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("did not sync within 1s"), "{stderr}");
 }
+
+/// A cgroup hierarchy this test may create groups in: the cgroup2 mount, else a v1 one.
+fn cgroup_root() -> Option<std::path::PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mounts: Vec<(String, String)> = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let point = left.split(' ').nth(4)?.to_owned();
+            let fstype = right.split(' ').next()?.to_owned();
+            Some((point, fstype))
+        })
+        .collect();
+    mounts
+        .iter()
+        .find(|(_, t)| t == "cgroup2")
+        .or_else(|| mounts.iter().find(|(_, t)| t == "cgroup"))
+        .map(|(p, _)| std::path::PathBuf::from(p))
+}
+
+/// The whole chain on real data: a process in a containerd-shaped cgroup, profiled by the
+/// eBPF receiver (which derives `container.id` from the cgroup), matched by
+/// `k8s_attributes` to the pod whose container has that id, named by the pod's
+/// `service.name` annotation ahead of its executable name in `service_name`.
+#[test]
+fn ebpf_profiles_of_a_process_in_a_pod_get_the_pods_attributes_and_service() {
+    if !profcol_integration::root() {
+        return;
+    }
+    let Some(cgroups) = cgroup_root() else {
+        panic!("no cgroup hierarchy mounted to put a process in");
+    };
+    let dir = scratch("k8s-ebpf");
+    let container_id = "e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5";
+    let slice = cgroups.join(format!("profcol-test-{}.slice", std::process::id()));
+    let scope = slice.join(format!("cri-containerd-{container_id}.scope"));
+    std::fs::create_dir_all(&scope).expect("create a cgroup (root)");
+    let burner = dir.join("burner");
+    let built = Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&burner)
+        .arg(profcol_integration::repo().join("integration/peers/native/burner.c"))
+        .status()
+        .expect("gcc");
+    assert!(built.success());
+
+    let kube = FakeKube::start();
+    kube.apply(
+        "pods",
+        TestPod {
+            name: "checkout-6b8f9-q2w3e",
+            uid: "uid-checkout-ebpf",
+            node: "node-a",
+            ip: "10.1.0.9",
+            container_id,
+            owner: None,
+            labels: json!({}),
+            annotations: json!({"resource.opentelemetry.io/service.name": "checkout"}),
+        }
+        .json(),
+    );
+    let kubeconfig = kube.kubeconfig(&dir);
+    let out = dir.join("out.jsonl");
+    let (health, metrics) = (free_port(), free_port());
+    let config = format!(
+        r#"receivers:
+  profiling:
+    samples_per_second: 99
+    reporter_interval: 1s
+    include:
+      executable_names: ["^burner$"]
+processors:
+  k8s_attributes:
+    auth_type: kubeConfig
+    kube_config_path: {kubeconfig}
+    wait_for_metadata: true
+    filter:
+      node_from_env_var: K8S_NODE_NAME
+    extract:
+      metadata: [k8s.namespace.name, k8s.pod.name, k8s.pod.uid, k8s.container.name,
+        container.image.name, service.name]
+      otel_annotations: true
+    pod_association:
+      - sources: [{{from: resource_attribute, name: container.id}}]
+  service_name:
+exporters:
+  file:
+    path: {out}
+    flush_interval: 100ms
+extensions:
+  health_check:
+    endpoint: 127.0.0.1:{health}
+service:
+  extensions: [health_check]
+  telemetry:
+    metrics:
+      address: 127.0.0.1:{metrics}
+  pipelines:
+    profiles:
+      receivers: [profiling]
+      processors: [k8s_attributes, service_name]
+      exporters: [file]
+"#,
+        kubeconfig = kubeconfig.display(),
+        out = out.display(),
+    );
+    let config_path = dir.join("config.yaml");
+    std::fs::write(&config_path, config).expect("config");
+    let c = Collector::start_file(
+        &dir,
+        "profcol",
+        &config_path,
+        &[("K8S_NODE_NAME", "node-a".to_owned())],
+        health,
+        metrics,
+    );
+    // The shell joins the container's cgroup, then becomes the burner: the exec the
+    // receiver sees is already inside the container.
+    let procs = scope.join("cgroup.procs");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > '{}' && exec '{}' 2",
+            procs.display(),
+            burner.display()
+        ))
+        .status()
+        .expect("burner in its cgroup");
+    assert!(status.success());
+    let burner_samples = || {
+        profcol_integration::otlp_json::read_samples(&out)
+            .into_iter()
+            .filter(|s| {
+                s.resource
+                    .get("process.executable.name")
+                    .map(String::as_str)
+                    == Some("burner")
+            })
+            .collect::<Vec<_>>()
+    };
+    let arrived = eventually(Duration::from_secs(15), || !burner_samples().is_empty());
+    let _ = std::fs::remove_dir(&scope);
+    let _ = std::fs::remove_dir(&slice);
+    assert!(arrived, "no burner samples:\n{}", c.logs());
+    let samples = burner_samples();
+    let r = &samples[0].resource;
+    let get = |k: &str| r.get(k).map(String::as_str);
+    assert_eq!(get("container.id"), Some(container_id), "{r:?}");
+    assert_eq!(get("k8s.pod.name"), Some("checkout-6b8f9-q2w3e"), "{r:?}");
+    assert_eq!(get("k8s.pod.uid"), Some("uid-checkout-ebpf"));
+    assert_eq!(get("k8s.namespace.name"), Some("shop"));
+    assert_eq!(get("k8s.container.name"), Some("main"));
+    assert_eq!(get("container.image.name"), Some("ghcr.io/acme/app"));
+    // The pod's annotation, not the executable's name.
+    assert_eq!(get("service.name"), Some("checkout"));
+    assert!(
+        samples
+            .iter()
+            .any(|s| s.frames.iter().any(|f| f == "burner_leaf")),
+        "the burner's own frames"
+    );
+    assert!(c.stop().success());
+}

@@ -37,66 +37,65 @@ fn parse_and_validate<C: super::ComponentConfig>(
     }
 }
 
-pub trait ErasedReceiverFactory: Send + Sync {
-    fn type_name(&self) -> &'static str;
-    fn stability(&self) -> Stability;
-    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>>;
-    fn create(
-        &self,
-        config: &ParsedConfig,
-        ctx: &CreateContext,
-    ) -> Result<Box<dyn Receiver>, BuildError>;
+/// Declares the object-safe twin of a typed factory trait, over [`ParsedConfig`], and
+/// implements it for every typed factory. `$id` names the component id inside `$ctx`.
+macro_rules! erased_factory {
+    ($erased:ident, $typed:ident, $component:ident, $ctx:ty, |$c:ident| $id:expr) => {
+        pub trait $erased: Send + Sync {
+            fn type_name(&self) -> &'static str;
+            fn stability(&self) -> Stability;
+            fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>>;
+            fn create(
+                &self,
+                config: &ParsedConfig,
+                ctx: &$ctx,
+            ) -> Result<Box<dyn $component>, BuildError>;
+        }
+
+        impl<F: $typed> $erased for F {
+            fn type_name(&self) -> &'static str {
+                $typed::type_name(self)
+            }
+            fn stability(&self) -> Stability {
+                $typed::stability(self)
+            }
+            fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
+                parse_and_validate::<F::Config>(value)
+            }
+            fn create(
+                &self,
+                config: &ParsedConfig,
+                $c: &$ctx,
+            ) -> Result<Box<dyn $component>, BuildError> {
+                $typed::create(self, config.get($id)?, $c)
+            }
+        }
+    };
 }
 
-impl<F: ReceiverFactory> ErasedReceiverFactory for F {
-    fn type_name(&self) -> &'static str {
-        ReceiverFactory::type_name(self)
-    }
-    fn stability(&self) -> Stability {
-        ReceiverFactory::stability(self)
-    }
-    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
-        parse_and_validate::<F::Config>(value)
-    }
-    fn create(
-        &self,
-        config: &ParsedConfig,
-        ctx: &CreateContext,
-    ) -> Result<Box<dyn Receiver>, BuildError> {
-        ReceiverFactory::create(self, config.get(&ctx.id)?, ctx)
-    }
-}
+erased_factory!(
+    ErasedReceiverFactory,
+    ReceiverFactory,
+    Receiver,
+    CreateContext,
+    |ctx| &ctx.id
+);
+erased_factory!(
+    ErasedProcessorFactory,
+    ProcessorFactory,
+    Processor,
+    ProcessorCreateContext,
+    |ctx| &ctx.base.id
+);
+erased_factory!(
+    ErasedExtensionFactory,
+    ExtensionFactory,
+    Extension,
+    CreateContext,
+    |ctx| &ctx.id
+);
 
-pub trait ErasedProcessorFactory: Send + Sync {
-    fn type_name(&self) -> &'static str;
-    fn stability(&self) -> Stability;
-    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>>;
-    fn create(
-        &self,
-        config: &ParsedConfig,
-        ctx: &ProcessorCreateContext,
-    ) -> Result<Box<dyn Processor>, BuildError>;
-}
-
-impl<F: ProcessorFactory> ErasedProcessorFactory for F {
-    fn type_name(&self) -> &'static str {
-        ProcessorFactory::type_name(self)
-    }
-    fn stability(&self) -> Stability {
-        ProcessorFactory::stability(self)
-    }
-    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
-        parse_and_validate::<F::Config>(value)
-    }
-    fn create(
-        &self,
-        config: &ParsedConfig,
-        ctx: &ProcessorCreateContext,
-    ) -> Result<Box<dyn Processor>, BuildError> {
-        ProcessorFactory::create(self, config.get(&ctx.base.id)?, ctx)
-    }
-}
-
+/// Exporters also hand the exporter helper its settings, so their twin is written out.
 pub trait ErasedExporterFactory: Send + Sync {
     fn type_name(&self) -> &'static str;
     fn stability(&self) -> Stability;
@@ -131,36 +130,6 @@ impl<F: ExporterFactory> ErasedExporterFactory for F {
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
         ExporterFactory::create(self, config.get(&ctx.id)?, ctx)
-    }
-}
-
-pub trait ErasedExtensionFactory: Send + Sync {
-    fn type_name(&self) -> &'static str;
-    fn stability(&self) -> Stability;
-    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>>;
-    fn create(
-        &self,
-        config: &ParsedConfig,
-        ctx: &CreateContext,
-    ) -> Result<Box<dyn Extension>, BuildError>;
-}
-
-impl<F: ExtensionFactory> ErasedExtensionFactory for F {
-    fn type_name(&self) -> &'static str {
-        ExtensionFactory::type_name(self)
-    }
-    fn stability(&self) -> Stability {
-        ExtensionFactory::stability(self)
-    }
-    fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
-        parse_and_validate::<F::Config>(value)
-    }
-    fn create(
-        &self,
-        config: &ParsedConfig,
-        ctx: &CreateContext,
-    ) -> Result<Box<dyn Extension>, BuildError> {
-        ExtensionFactory::create(self, config.get(&ctx.id)?, ctx)
     }
 }
 

@@ -218,7 +218,16 @@ fn every_mode_and_preset_combination_lints_renders_and_validates() {
     }
     assert_eq!(checked, 6);
     // Before Kubernetes 1.30 AppArmor is an annotation, not a field.
-    let old = render(&["--set", "presets.profiling.enabled=true"], "1.29.0");
+    // (With tracefs mounted, so that branch is validated too.)
+    let old = render(
+        &[
+            "--set",
+            "presets.profiling.enabled=true",
+            "--set",
+            "presets.profiling.mountTracefs=true",
+        ],
+        "1.29.0",
+    );
     kubernetes_validate(&dir, &old, "1.29.0");
     assert!(old.contains("container.apparmor.security.beta.kubernetes.io/profcol: unconfined"));
     assert!(!old.contains("appArmorProfile"));
@@ -245,15 +254,31 @@ fn the_profiling_preset_asks_for_capabilities_not_privileges() {
         ["BPF", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE", "SYSLOG"]
     );
     assert_eq!(security["readOnlyRootFilesystem"].as_bool(), Some(true));
-    let tracefs_mount = container["volumeMounts"]
-        .as_sequence()
-        .and_then(|m| m.iter().find(|m| m["name"].as_str() == Some("tracefs")))
-        .expect("tracefs mounted");
-    assert_eq!(
-        tracefs_mount["mountPath"].as_str(),
-        Some("/sys/kernel/tracing")
+    // No host path: the tp_btf programs need no tracefs; mounted read-only only on request.
+    let tracefs = |docs: &[Value]| -> Option<Value> {
+        profcol_container(docs)["volumeMounts"]
+            .as_sequence()
+            .and_then(|m| m.iter().find(|m| m["name"].as_str() == Some("tracefs")))
+            .cloned()
+    };
+    assert!(tracefs(&docs).is_none());
+    assert!(
+        pod_spec(&docs)["volumes"]
+            .as_sequence()
+            .is_some_and(|v| v.iter().all(|v| v["hostPath"].is_null()))
     );
-    assert_eq!(tracefs_mount["readOnly"].as_bool(), Some(true));
+    let with_tracefs = documents(&render(
+        &[
+            "--set",
+            "presets.profiling.enabled=true",
+            "--set",
+            "presets.profiling.mountTracefs=true",
+        ],
+        KUBE_VERSION,
+    ));
+    let mount = tracefs(&with_tracefs).expect("tracefs mounted on request");
+    assert_eq!(mount["mountPath"].as_str(), Some("/sys/kernel/tracing"));
+    assert_eq!(mount["readOnly"].as_bool(), Some(true));
     let config: Value = serde_yaml_ng::from_str(&profcol_config(&docs)).expect("config yaml");
     let pipeline = &config["service"]["pipelines"]["profiles"];
     assert!(strings(&pipeline["receivers"]).contains(&"profiling"));

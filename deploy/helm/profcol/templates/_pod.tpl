@@ -105,8 +105,7 @@ spec:
         - name: config
           mountPath: /conf
           readOnly: true
-        {{- if .Values.presets.profiling.enabled }}
-        # Tracepoint ids for process tracking (sched_process_exec/fork/exit).
+        {{- if and .Values.presets.profiling.enabled .Values.presets.profiling.mountTracefs }}
         - name: tracefs
           mountPath: /sys/kernel/tracing
           readOnly: true
@@ -124,7 +123,7 @@ spec:
         items:
           - key: relay
             path: relay.yaml
-    {{- if .Values.presets.profiling.enabled }}
+    {{- if and .Values.presets.profiling.enabled .Values.presets.profiling.mountTracefs }}
     - name: tracefs
       hostPath:
         path: /sys/kernel/tracing

@@ -13,6 +13,8 @@ pub mod exporterhelper;
 pub mod host_executables;
 pub mod net;
 pub mod pdata;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod service;
 pub mod telemetry;
 #[cfg(any(test, feature = "testkit"))]

@@ -21,13 +21,13 @@ use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
 use crate::Intake;
-use crate::server::PeerAddr;
 use crate::status::{RpcStatus, refused_status};
+use profcol_core::server::PeerAddr;
 
 /// How long a request without `grpc-timeout` may wait for pipeline room.
 pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 
-/// The tonic service, wrapped for [`crate::server::serve`].
+/// The tonic service, wrapped for [`profcol_core::server::serve`].
 #[derive(Clone)]
 pub(crate) struct GrpcEndpoint {
     inner: ProfilesServiceServer<Export>,

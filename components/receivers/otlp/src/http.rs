@@ -21,8 +21,8 @@ use prost::Message;
 use prost::bytes::Bytes;
 
 use crate::Intake;
-use crate::server::PeerAddr;
 use crate::status::{RETRY_DELAY, RpcStatus, code, refused_status};
+use profcol_core::server::PeerAddr;
 
 pub(crate) const PROFILES_PATH: &str = "/v1development/profiles";
 const PROTOBUF: &str = "application/x-protobuf";
@@ -117,7 +117,7 @@ impl HttpError {
     }
 }
 
-/// The OTLP/HTTP handler, for [`crate::server::serve`].
+/// The OTLP/HTTP handler, for [`profcol_core::server::serve`].
 #[derive(Clone)]
 pub(crate) struct HttpEndpoint {
     inner: Arc<Inner>,

@@ -9,7 +9,6 @@
 mod config;
 mod grpc;
 mod http;
-mod server;
 mod status;
 mod tls;
 
@@ -24,6 +23,7 @@ use profcol_core::component::{
 use profcol_core::config::Validate;
 use profcol_core::pdata::types::ProfilesData;
 use profcol_core::pdata::{ClientInfo, ProfileBatch, ValidationError};
+use profcol_core::server;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -122,6 +122,7 @@ impl Receiver for OtlpReceiver {
                     tcp,
                     tls: g.tls,
                     http2_only: true,
+                    component: "otlp receiver",
                     protocol: "grpc",
                 };
                 let endpoint =
@@ -135,6 +136,7 @@ impl Receiver for OtlpReceiver {
                     tcp,
                     tls: h.tls,
                     http2_only: false,
+                    component: "otlp receiver",
                     protocol: "http",
                 };
                 let endpoint = http::HttpEndpoint::new(intake.clone(), h.config.max_body_size());

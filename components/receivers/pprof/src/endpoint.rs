@@ -159,7 +159,7 @@ impl Endpoint {
     pub(crate) async fn handle(
         &self,
         request: Request<Incoming>,
-        peer: SocketAddr,
+        peer: Option<SocketAddr>,
     ) -> Response<Full<Bytes>> {
         let path = request.uri().path().to_owned();
         let Some(route) = Route::of(&path) else {
@@ -172,7 +172,7 @@ impl Endpoint {
         match outcome {
             Ok(()) => route.success(),
             Err(e) => {
-                tracing::debug!(%peer, path, error = %e, "pprof receiver: request refused");
+                tracing::debug!(?peer, path, error = %e, "pprof receiver: request refused");
                 error_response(Some(route), &e)
             }
         }
@@ -185,7 +185,7 @@ impl Inner {
         route: Route,
         parts: http::request::Parts,
         body: &mut Incoming,
-        peer: SocketAddr,
+        peer: Option<SocketAddr>,
     ) -> Result<(), RequestError> {
         if parts.method != Method::POST {
             return Err(RequestError::MethodNotAllowed(parts.method.clone()));
@@ -231,7 +231,7 @@ impl Inner {
         .map_err(|e| RequestError::Internal(format!("decoding task failed: {e}")))??;
         if let Some(batch) = batch {
             self.intake
-                .deliver(batch, Some(peer), DELIVER_DEADLINE)
+                .deliver(batch, peer, DELIVER_DEADLINE)
                 .await
                 .map_err(RequestError::Refused)?;
         }

@@ -16,12 +16,14 @@ mod form;
 mod glob;
 mod pyroscope;
 mod scrape;
-mod server;
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use http::Request;
+use hyper::body::Incoming;
 use profcol_core::component::{
     BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory,
     ReceiverOutput, Refused, Stability,
@@ -29,6 +31,7 @@ use profcol_core::component::{
 use profcol_core::config::Validate;
 use profcol_core::pdata::types::{AnyValue, InstrumentationScope, KeyValue, Value};
 use profcol_core::pdata::{ClientInfo, ProfileBatch};
+use profcol_core::server::{self, PeerAddr};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -126,7 +129,21 @@ impl Receiver for PprofReceiver {
         let serving = async {
             if let Some((tcp, limit)) = server {
                 let endpoint = endpoint::Endpoint::new(intake.clone(), limit);
-                server::serve(tcp, endpoint, ctx.shutdown.clone()).await;
+                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                    let endpoint = endpoint.clone();
+                    async move {
+                        let peer = request.extensions().get::<PeerAddr>().map(|p| p.0);
+                        Ok::<_, Infallible>(endpoint.handle(request, peer).await)
+                    }
+                });
+                let listener = server::Listener {
+                    tcp,
+                    tls: None,
+                    http2_only: false,
+                    component: "pprof receiver",
+                    protocol: "http",
+                };
+                server::serve(listener, service, ctx.shutdown.clone()).await;
             }
         };
         let scraping = async {

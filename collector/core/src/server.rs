@@ -1,6 +1,7 @@
-//! One accept loop for both protocols: TCP, optional TLS (handshaken in the connection's own
-//! task, so a slow client holds up no one), HTTP/1.1 and HTTP/2 through hyper, the peer's
-//! address put into each request's extensions, and a bounded graceful shutdown.
+//! The accept loop every HTTP and gRPC receiver shares: TCP, optional TLS (handshaken in
+//! the connection's own task, so a slow client holds up no one), HTTP/1.1 and HTTP/2
+//! through hyper, the peer's address put into each request's extensions, and a bounded
+//! graceful shutdown.
 
 use std::error::Error as StdError;
 use std::net::SocketAddr;
@@ -18,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Who sent a request: the TCP peer, in every request's extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PeerAddr(pub SocketAddr);
+pub struct PeerAddr(pub SocketAddr);
 
 /// After shutdown, how long open connections get to finish their requests before they are
 /// dropped. Handlers stop waiting for pipeline room at shutdown, so this is rarely reached.
@@ -30,20 +31,28 @@ const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
 
 /// A bound socket and how to speak on it.
-pub(crate) struct Listener {
+pub struct Listener {
     pub tcp: TcpListener,
     pub tls: Option<TlsAcceptor>,
-    /// gRPC speaks HTTP/2 only; OTLP/HTTP either.
+    /// gRPC speaks HTTP/2 only; HTTP endpoints either.
     pub http2_only: bool,
-    /// For logs: "grpc" or "http".
+    /// For logs: who serves ("otlp receiver") and what ("grpc", "http").
+    pub component: &'static str,
     pub protocol: &'static str,
 }
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
+/// Who serves what, for logs.
+#[derive(Clone, Copy)]
+struct Who {
+    component: &'static str,
+    protocol: &'static str,
+}
+
 /// Serves `service` on `listener` until `shutdown` is cancelled, then lets open connections
 /// finish for at most [`DRAIN_TIMEOUT`].
-pub(crate) async fn serve<S, B>(listener: Listener, service: S, shutdown: CancellationToken)
+pub async fn serve<S, B>(listener: Listener, service: S, shutdown: CancellationToken)
 where
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>>
         + Clone
@@ -68,7 +77,11 @@ where
     if listener.http2_only {
         builder = builder.http2_only();
     }
-    let protocol = listener.protocol;
+    let who = Who {
+        component: listener.component,
+        protocol: listener.protocol,
+    };
+    let (component, protocol) = (who.component, who.protocol);
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -85,11 +98,11 @@ where
                         listener.tls.clone(),
                         service.clone(),
                         shutdown.clone(),
-                        protocol,
+                        who,
                     ));
                 }
                 Err(e) => {
-                    tracing::warn!(protocol, error = %e, "otlp receiver: accept failed");
+                    tracing::warn!(component, protocol, error = %e, "accept failed");
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 }
             },
@@ -102,9 +115,10 @@ where
     .await;
     if drained.is_err() {
         tracing::warn!(
+            component,
             protocol,
             open = connections.len(),
-            "otlp receiver: closing connections that did not finish in time"
+            "closing connections that did not finish in time"
         );
         connections.abort_all();
     }
@@ -117,7 +131,7 @@ async fn connection<S, B>(
     tls: Option<TlsAcceptor>,
     service: S,
     shutdown: CancellationToken,
-    protocol: &'static str,
+    who: Who,
 ) where
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + Sync + 'static,
     S::Future: Send + 'static,
@@ -131,7 +145,7 @@ async fn connection<S, B>(
         service.call(request)
     });
     match tls {
-        None => serve_connection(&builder, stream, service, &shutdown, peer, protocol).await,
+        None => serve_connection(&builder, stream, service, &shutdown, peer, who).await,
         Some(acceptor) => {
             let handshake = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -139,13 +153,13 @@ async fn connection<S, B>(
             };
             match handshake {
                 Ok(Ok(stream)) => {
-                    serve_connection(&builder, stream, service, &shutdown, peer, protocol).await;
+                    serve_connection(&builder, stream, service, &shutdown, peer, who).await;
                 }
                 Ok(Err(e)) => {
-                    tracing::debug!(protocol, %peer, error = %e, "otlp receiver: TLS handshake failed");
+                    tracing::debug!(component = who.component, protocol = who.protocol, %peer, error = %e, "TLS handshake failed");
                 }
                 Err(_) => {
-                    tracing::debug!(protocol, %peer, "otlp receiver: TLS handshake timed out");
+                    tracing::debug!(component = who.component, protocol = who.protocol, %peer, "TLS handshake timed out");
                 }
             }
         }
@@ -158,7 +172,7 @@ async fn serve_connection<I, S, B>(
     service: S,
     shutdown: &CancellationToken,
     peer: SocketAddr,
-    protocol: &'static str,
+    who: Who,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
@@ -178,6 +192,6 @@ async fn serve_connection<I, S, B>(
         }
     };
     if let Err(e) = result {
-        tracing::debug!(protocol, %peer, error = %e, "otlp receiver: connection ended with an error");
+        tracing::debug!(component = who.component, protocol = who.protocol, %peer, error = %e, "connection ended with an error");
     }
 }

@@ -25,6 +25,9 @@ pub struct Args {
     json: bool,
 }
 
+/// The most a gzipped corpus may decompress to.
+const MAX_CORPUS_BYTES: u64 = 1 << 30;
+
 /// The largest record accepted, as the OTLP receiver's default message cap.
 const MAX_RECORD_BYTES: usize = 64 << 20;
 
@@ -33,9 +36,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut plain = Vec::new();
         flate2::read::MultiGzDecoder::new(&raw[..])
-            .take(1 << 30)
+            .take(MAX_CORPUS_BYTES + 1)
             .read_to_end(&mut plain)
             .with_context(|| format!("{}: not valid gzip", args.file.display()))?;
+        anyhow::ensure!(
+            plain.len() as u64 <= MAX_CORPUS_BYTES,
+            "{}: decompresses to more than {MAX_CORPUS_BYTES} bytes",
+            args.file.display()
+        );
         plain
     } else {
         raw

@@ -41,6 +41,9 @@ use tonic::Code;
 use crate::buildid;
 use crate::config::DebuginfoSettings;
 
+/// The slowest transfer rate a debuginfo upload is given time for (1 MiB/s).
+const TRANSFER_BYTES_PER_SECOND: u64 = 1 << 20;
+
 /// Size of each `chunk_data` message, as Parca's agent sends.
 pub const CHUNK_BYTES: usize = 8 << 20;
 /// Build ids waiting to be looked at, at most.
@@ -363,6 +366,13 @@ impl Uploader {
         }
     }
 
+    /// A file transfer's deadline: the call timeout, plus a second for every MiB (a slow
+    /// 8 Mbit/s link), so a large file can finish instead of timing out and being sent
+    /// again from the start every retry interval.
+    fn transfer_deadline(&self, size: u64) -> Duration {
+        self.settings.timeout + Duration::from_secs(size / TRANSFER_BYTES_PER_SECOND)
+    }
+
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         request.set_timeout(self.settings.timeout);
@@ -527,7 +537,9 @@ impl Uploader {
         Self::read_chunks(prepared.path.clone(), tx, |chunk| UploadRequest {
             data: Some(upload_request::Data::ChunkData(chunk.unwrap_or_default())),
         });
-        match client.upload(self.request(ReceiverStream::new(rx))).await {
+        let mut request = self.request(ReceiverStream::new(rx));
+        request.set_timeout(self.transfer_deadline(prepared.size));
+        match client.upload(request).await {
             Ok(reply) => {
                 let size = reply.into_inner().size;
                 if size != prepared.size {
@@ -556,7 +568,11 @@ impl Uploader {
             .header(http::header::USER_AGENT, USER_AGENT)
             .body(body)
             .map_err(|e| Outcome::GiveUp(format!("signed URL request: {e}")))?;
-        let sent = tokio::time::timeout(self.settings.timeout, self.http.request(request)).await;
+        let sent = tokio::time::timeout(
+            self.transfer_deadline(prepared.size),
+            self.http.request(request),
+        )
+        .await;
         match sent {
             Err(_) => Err(Outcome::Later("PUT to the signed URL timed out".into())),
             Ok(Err(e)) => Err(Outcome::Later(format!(

@@ -180,6 +180,10 @@ impl ArrowExporter {
         if locations.1 > 0 {
             tracing::warn!(endpoint = %self.endpoint, unknown = locations.1, "the server asked for stacks this batch does not have");
         }
+        // The locations record (every frame of every wanted stack, uncompressed) is often the
+        // larger of the two; over the limit tonic would refuse it locally, and retrying the
+        // same batch cannot help.
+        check_size("the v1 locations record", locations.0.len())?;
         tx.send(WriteRequest {
             record: locations.0,
         })
@@ -231,6 +235,20 @@ async fn prepare(
     }
 }
 
+/// Room for the request message's own fields around the record bytes.
+const MESSAGE_OVERHEAD: usize = 64;
+
+/// A record that cannot fit in one gRPC message is a permanent failure: retrying the same
+/// batch cannot make it smaller.
+fn check_size(what: &str, len: usize) -> Result<(), ExportError> {
+    if len + MESSAGE_OVERHEAD > MAX_MESSAGE_BYTES {
+        return Err(ExportError::permanent(format!(
+            "{what} is {len} bytes, over Parca's {MAX_MESSAGE_BYTES}-byte message limit; send smaller batches (batch processor's send_batch_max_size)"
+        )));
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Exporter for ArrowExporter {
     async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError> {
@@ -241,12 +259,7 @@ impl Exporter for ArrowExporter {
         if model.is_empty() {
             return Ok(());
         }
-        if bytes.len() > MAX_MESSAGE_BYTES {
-            return Err(ExportError::permanent(format!(
-                "the Arrow record is {} bytes, over Parca's {MAX_MESSAGE_BYTES}-byte message limit; send smaller batches (batch processor)",
-                bytes.len()
-            )));
-        }
+        check_size("the Arrow record", bytes.len())?;
         if let Some(d) = &self.debuginfo {
             d.offer(&model.build_ids());
         }
@@ -261,5 +274,18 @@ impl Exporter for ArrowExporter {
             d.stop();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_that_cannot_fit_one_message_are_permanent_failures() {
+        assert!(check_size("r", MAX_MESSAGE_BYTES - MESSAGE_OVERHEAD).is_ok());
+        let e = check_size("the v1 locations record", MAX_MESSAGE_BYTES - 1).expect_err("too big");
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("the v1 locations record"), "{e}");
     }
 }

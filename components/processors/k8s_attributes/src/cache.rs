@@ -83,11 +83,13 @@ impl PodTable {
         self.pods.get(self.by_container.get(id)?)
     }
 
+    /// Pods of that name, newest first: a StatefulSet's recreated `web-0` comes before the
+    /// deleted one that is still kept for its grace period.
     pub fn by_name(&self, name: &str) -> impl Iterator<Item = &Arc<PodRecord>> {
         self.by_name
             .get(name)
             .into_iter()
-            .flatten()
+            .flat_map(|uids| uids.iter().rev())
             .filter_map(|uid| self.pods.get(uid))
     }
 

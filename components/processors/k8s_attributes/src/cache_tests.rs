@@ -280,3 +280,21 @@ fn pods_without_a_uid_are_ignored() {
     );
     assert!(t.is_empty());
 }
+
+#[test]
+fn a_recreated_pod_of_the_same_name_is_found_before_the_deleted_one() {
+    let s = settings("{}");
+    let mut t = table();
+    let now = Instant::now();
+    t.handle(Event::Apply(db()), &s, now);
+    t.handle(Event::Delete(db()), &s, now);
+    let mut recreated = db();
+    recreated.metadata.uid = Some("uid-db-2".into());
+    t.handle(Event::Apply(recreated), &s, now);
+    let named: Vec<&str> = t.by_name("db-0").map(|p| p.uid.as_str()).collect();
+    assert_eq!(
+        named,
+        ["uid-db-2", "uid-db"],
+        "newest first; the old one kept for late data"
+    );
+}

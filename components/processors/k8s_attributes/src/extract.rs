@@ -113,7 +113,9 @@ pub fn cronjob_from_job_name(job: &str, pod_created: Option<i64>) -> Option<Stri
     let plausible = match pod_created {
         Some(created) => minutes
             .checked_mul(60)
-            .is_some_and(|s| (s - created).abs() <= CRONJOB_SUFFIX_SLACK_SECONDS),
+            .and_then(|s| s.checked_sub(created))
+            .and_then(i64::checked_abs)
+            .is_some_and(|d| d <= CRONJOB_SUFFIX_SLACK_SECONDS),
         None => suffix.len() >= 8,
     };
     plausible.then(|| prefix.to_owned())

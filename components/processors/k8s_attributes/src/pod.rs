@@ -238,7 +238,8 @@ impl PodRecord {
             if let Some(id) = previous
                 && !c.ids.iter().any(|(_, known)| known == id)
             {
-                c.ids.push((s.restart_count - 1, id.to_owned()));
+                c.ids
+                    .push((s.restart_count.saturating_sub(1), id.to_owned()));
             }
             if s.image_id.contains('@') {
                 c.repo_digest = Some(strip_runtime(&s.image_id).to_owned());

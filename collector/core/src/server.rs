@@ -195,3 +195,64 @@ async fn serve_connection<I, S, B>(
         tracing::debug!(component = who.component, protocol = who.protocol, %peer, error = %e, "connection ended with an error");
     }
 }
+
+/// How long a request body may take to arrive.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why a request body could not be read.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BodyError {
+    #[error("the request body exceeds the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("the request body did not arrive within {}s", BODY_READ_TIMEOUT.as_secs())]
+    Timeout,
+    #[error("cannot read the request body: {0}")]
+    Read(String),
+}
+
+/// Reads a request body of at most `limit` bytes: refused at once when its declared
+/// `Content-Length` is over, cut off when more arrives, given [`BODY_READ_TIMEOUT`].
+/// Takes the body by reference so that what a refused request still sends can be
+/// drained afterwards ([`crate::net::discard_rest`]).
+pub async fn read_body(
+    headers: &http::HeaderMap,
+    body: &mut Incoming,
+    limit: usize,
+) -> Result<bytes::Bytes, BodyError> {
+    use http_body_util::{BodyExt, LengthLimitError, Limited};
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX)) {
+        return Err(BodyError::TooLarge { limit });
+    }
+    let collected = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect())
+        .await
+        .map_err(|_| BodyError::Timeout)?
+        .map_err(|e| {
+            if e.downcast_ref::<LengthLimitError>().is_some() {
+                BodyError::TooLarge { limit }
+            } else {
+                BodyError::Read(e.to_string())
+            }
+        })?;
+    Ok(collected.to_bytes())
+}
+
+/// A response with `body`, and a `Content-Type` when one is given.
+pub fn respond(
+    status: http::StatusCode,
+    content_type: Option<&'static str>,
+    body: Vec<u8>,
+) -> Response<http_body_util::Full<bytes::Bytes>> {
+    let mut response = Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+    *response.status_mut() = status;
+    if let Some(content_type) = content_type {
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(content_type),
+        );
+    }
+    response
+}

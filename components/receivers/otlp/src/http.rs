@@ -8,9 +8,9 @@ use std::io::Read;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use http::header::{ALLOW, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use profcol_core::component::Refused;
 use profcol_core::pdata::ProfileBatch;
@@ -22,14 +22,11 @@ use prost::bytes::Bytes;
 
 use crate::Intake;
 use crate::status::{RETRY_DELAY, RpcStatus, code, refused_status};
-use profcol_core::server::PeerAddr;
+use profcol_core::server::{self, BODY_READ_TIMEOUT, BodyError, PeerAddr, read_body};
 
 pub(crate) const PROFILES_PATH: &str = "/v1development/profiles";
 const PROTOBUF: &str = "application/x-protobuf";
 const JSON: &str = "application/json";
-
-/// How long a client may take to send its body.
-const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long a request may wait for pipeline room.
 const DELIVER_DEADLINE: std::time::Duration = crate::grpc::DEFAULT_DEADLINE;
@@ -183,26 +180,8 @@ impl Inner {
         let encoding = encoding.map_err(HttpError::UnsupportedMediaType)?;
         let coding = content_coding(&parts.headers)?;
         let limit = self.max_body_size;
-        let declared = parts
-            .headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX)) {
-            return Err(HttpError::TooLarge { limit });
-        }
         let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
-        let body = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect())
-            .await
-            .map_err(|_| HttpError::Timeout)?
-            .map_err(|e| {
-                if e.downcast_ref::<LengthLimitError>().is_some() {
-                    HttpError::TooLarge { limit }
-                } else {
-                    HttpError::Read(e.to_string())
-                }
-            })?
-            .to_bytes();
+        let body = read_body(&parts.headers, body, limit).await?;
         let batch = tokio::task::spawn_blocking(move || decode(&body, coding, encoding, limit))
             .await
             .map_err(|e| HttpError::Internal(format!("decoding task failed: {e}")))??;
@@ -331,12 +310,17 @@ fn error_response(error: &HttpError, encoding: Option<Encoding>) -> Response<Ful
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
+    server::respond(status, Some(content_type), body)
+}
+
+impl From<BodyError> for HttpError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::TooLarge { limit } => HttpError::TooLarge { limit },
+            BodyError::Timeout => HttpError::Timeout,
+            BodyError::Read(e) => HttpError::Read(e),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,15 +7,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{ALLOW, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use profcol_core::component::Refused;
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::codec::{DecodeError, is_gzip, maybe_gunzip};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::pdata::semconv;
+use profcol_core::server::{BODY_READ_TIMEOUT, BodyError, read_body, respond};
 use prost::bytes::Bytes;
 
 use crate::form::{param, query_params};
@@ -28,7 +29,6 @@ pub const PUSH_PATH: &str = "/push.v1.PusherService/Push";
 pub const SERVICE_NAME_HEADER: &str = "x-service-name";
 
 const CONNECT_PROTO: &str = "application/proto";
-const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a request may wait for pipeline room.
 pub(crate) const DELIVER_DEADLINE: Duration = Duration::from_secs(5);
 /// What a 429 asks the sender to wait.
@@ -198,25 +198,7 @@ impl Inner {
             }
         }
         let limit = self.limit;
-        let declared = parts
-            .headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX)) {
-            return Err(RequestError::TooLarge { limit });
-        }
-        let body = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect())
-            .await
-            .map_err(|_| RequestError::Timeout)?
-            .map_err(|e| {
-                if e.downcast_ref::<LengthLimitError>().is_some() {
-                    RequestError::TooLarge { limit }
-                } else {
-                    RequestError::Read(e.to_string())
-                }
-            })?
-            .to_bytes();
+        let body = read_body(&parts.headers, body, limit).await?;
         let batch = tokio::task::spawn_blocking(move || {
             let plain = decompress(&body, gzipped, limit)?;
             match route {
@@ -341,19 +323,14 @@ fn error_response(route: Option<Route>, error: &RequestError) -> Response<Full<B
     response
 }
 
-fn respond(
-    status: StatusCode,
-    content_type: Option<&'static str>,
-    body: Vec<u8>,
-) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    if let Some(content_type) = content_type {
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+impl From<BodyError> for RequestError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::TooLarge { limit } => RequestError::TooLarge { limit },
+            BodyError::Timeout => RequestError::Timeout,
+            BodyError::Read(e) => RequestError::Read(e),
+        }
     }
-    response
 }
 
 #[cfg(test)]

@@ -8,6 +8,36 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A config in which the eBPF `profiling` receiver (at `hz`, flushing every second, plus
+/// `receiver_extra` lines under it) feeds `processors` (a YAML flow list of ids, each
+/// defined with its defaults; empty for none) and a `file` exporter writing OTLP/JSON
+/// lines to `out`, with health_check and metrics on the given ports.
+pub fn profiling_config(
+    hz: u32,
+    receiver_extra: &str,
+    processors: &str,
+    out: &Path,
+    health: u16,
+    metrics: u16,
+) -> String {
+    let (defined, listed) = if processors.is_empty() {
+        (String::new(), String::new())
+    } else {
+        let defined = processors
+            .split(',')
+            .map(|id| format!("  {}:\n", id.trim()))
+            .collect::<String>();
+        (
+            format!("processors:\n{defined}"),
+            format!("      processors: [{processors}]\n"),
+        )
+    };
+    format!(
+        "receivers:\n  profiling:\n    samples_per_second: {hz}\n    reporter_interval: 1s\n{receiver_extra}{defined}exporters:\n  file:\n    path: {}\n    flush_interval: 200ms\nextensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\nservice:\n  extensions: [health_check]\n  telemetry:\n    metrics:\n      address: 127.0.0.1:{metrics}\n  pipelines:\n    profiles:\n      receivers: [profiling]\n{listed}      exporters: [file]\n",
+        out.display()
+    )
+}
+
 /// A port free on 127.0.0.1 right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

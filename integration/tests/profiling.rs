@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use profcol_integration::collector::{Collector, eventually, free_port};
+use profcol_integration::collector::{Collector, eventually, free_port, profiling_config};
 use profcol_integration::otlp_json::{Resolved, read_samples};
 use profcol_integration::{have_peer, profcol_bin, repo, root, scratch};
 
@@ -35,23 +35,7 @@ fn start(dir: &Path, hz: u32, receiver_extra: &str) -> Profiled {
 fn start_with(dir: &Path, hz: u32, receiver_extra: &str, processors: &str) -> Profiled {
     let (health, metrics) = (free_port(), free_port());
     let out = dir.join("profiles.jsonl");
-    let (defined, listed) = if processors.is_empty() {
-        (String::new(), String::new())
-    } else {
-        let ids: Vec<&str> = processors.split(',').map(str::trim).collect();
-        let defined = ids
-            .iter()
-            .map(|id| format!("  {id}:\n"))
-            .collect::<String>();
-        (
-            format!("processors:\n{defined}"),
-            format!("      processors: [{processors}]\n"),
-        )
-    };
-    let config = format!(
-        "receivers:\n  profiling:\n    samples_per_second: {hz}\n    reporter_interval: 1s\n{receiver_extra}{defined}exporters:\n  file:\n    path: {}\n    flush_interval: 200ms\nextensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\nservice:\n  extensions: [health_check]\n  telemetry:\n    metrics:\n      address: 127.0.0.1:{metrics}\n  pipelines:\n    profiles:\n      receivers: [profiling]\n{listed}      exporters: [file]\n",
-        out.display()
-    );
+    let config = profiling_config(hz, receiver_extra, processors, &out, health, metrics);
     let collector = Collector::start(dir, "profcol", &config, health, metrics);
     Profiled { collector, out }
 }

@@ -621,3 +621,76 @@ fn the_profiling_presets_capabilities_are_enough_for_the_profiler() {
     );
     assert!(profcol.stop().success());
 }
+
+/// kubernetes-validate has no schema for the Prometheus Operator's kinds, so their wiring
+/// is checked here: each selects profcol's own pods or Service and scrapes a port that
+/// exists under that name; without the metrics port they refuse to render.
+#[test]
+fn monitors_scrape_the_metrics_port_that_exists() {
+    if !have_tools() {
+        return;
+    }
+    let docs = documents(&render(
+        &[
+            "--set",
+            "podMonitor.enabled=true",
+            "--set",
+            "serviceMonitor.enabled=true",
+        ],
+        KUBE_VERSION,
+    ));
+    let matches = |selector: &Value, labels: &Value| {
+        selector
+            .as_mapping()
+            .is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| &labels[k] == v))
+    };
+    let pod_labels =
+        &kind(&docs, "DaemonSet").expect("DaemonSet")["spec"]["template"]["metadata"]["labels"];
+    let pod_monitor = kind(&docs, "PodMonitor").expect("PodMonitor");
+    assert!(matches(
+        &pod_monitor["spec"]["selector"]["matchLabels"],
+        pod_labels
+    ));
+    assert_eq!(
+        pod_monitor["spec"]["podMetricsEndpoints"][0]["port"].as_str(),
+        Some("metrics")
+    );
+    let container_ports: Vec<&str> = profcol_container(&docs)["ports"]
+        .as_sequence()
+        .expect("ports")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(container_ports.contains(&"metrics"), "{container_ports:?}");
+    let service = kind(&docs, "Service").expect("Service");
+    let service_monitor = kind(&docs, "ServiceMonitor").expect("ServiceMonitor");
+    assert!(matches(
+        &service_monitor["spec"]["selector"]["matchLabels"],
+        &service["metadata"]["labels"]
+    ));
+    assert_eq!(
+        service_monitor["spec"]["endpoints"][0]["port"].as_str(),
+        Some("metrics")
+    );
+    assert!(
+        service["spec"]["ports"]
+            .as_sequence()
+            .is_some_and(|p| p.iter().any(|p| p["name"].as_str() == Some("metrics")))
+    );
+    for monitor in ["podMonitor.enabled=true", "serviceMonitor.enabled=true"] {
+        let out = helm(&[
+            "template",
+            "t",
+            chart().to_str().expect("path"),
+            "--set",
+            monitor,
+            "--set",
+            "ports.metrics.enabled=false",
+        ]);
+        assert!(
+            !out.status.success(),
+            "{monitor} without a metrics port rendered"
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("metrics"));
+    }
+}

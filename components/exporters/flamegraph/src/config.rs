@@ -8,6 +8,9 @@ use serde::Deserialize;
 
 use crate::title::Title;
 
+/// Services with a folder, at most, by default.
+pub const DEFAULT_MAX_SERVICES: usize = 1000;
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -18,6 +21,13 @@ pub struct Config {
     pub interval: Duration,
     /// SVGs kept per service, the oldest deleted beyond; 0 keeps all.
     pub keep: usize,
+    /// SVGs older than this (by file time) are deleted at each flush, and a service left
+    /// with none loses its folder; 0: no age limit.
+    #[serde(with = "duration")]
+    pub max_age: Duration,
+    /// At most this many services have a folder (or are being gathered); profiles of
+    /// further services are dropped and counted. 0: no cap.
+    pub max_services: usize,
     /// The title template: `{service}`, `{type}`, `{unit}`, `{start}`, `{end}`, `{samples}`.
     pub title: String,
 }
@@ -28,6 +38,8 @@ impl Default for Config {
             directory: PathBuf::from("./profiles/flamegraphs"),
             interval: Duration::from_secs(60),
             keep: 60,
+            max_age: Duration::ZERO,
+            max_services: DEFAULT_MAX_SERVICES,
             title: "{service} {type} {start}".to_owned(),
         }
     }

@@ -78,8 +78,9 @@ impl Accumulator {
         self.graphs.is_empty()
     }
 
-    /// Adds every sample of `batch`. Profiles with no time count as starting at `now`.
-    pub fn add(&mut self, batch: &ProfileBatch, now: u64) {
+    /// Adds every sample of `batch` whose service `admit` lets in (asked once per
+    /// profile). Profiles with no time count as starting at `now`.
+    pub fn add(&mut self, batch: &ProfileBatch, now: u64, admit: &mut dyn FnMut(&str) -> bool) {
         let d = batch.dictionary();
         // Frame names per location (root-first within it: inlined callees last), and the
         // folded line per stack, computed once per batch.
@@ -89,7 +90,7 @@ impl Accumulator {
             let attributes = rp.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
             let service = service_name(attributes);
             for p in rp.scope_profiles.iter().flat_map(|sp| &sp.profiles) {
-                if p.samples.is_empty() {
+                if p.samples.is_empty() || !admit(&service) {
                     continue;
                 }
                 let st = p.sample_type.unwrap_or_default();
@@ -155,6 +156,11 @@ impl Accumulator {
         };
         // `i` was just looked up or pushed: always in range.
         &mut self.graphs[i]
+    }
+
+    /// The services gathered so far.
+    pub fn services(&self) -> impl Iterator<Item = &str> {
+        self.graphs.iter().map(|g| g.service.as_str())
     }
 
     /// The graphs so far; the accumulator is left empty.

@@ -5,6 +5,7 @@
 
 mod config;
 mod folded;
+mod services;
 mod store;
 mod timefmt;
 mod title;
@@ -23,12 +24,13 @@ use profcol_core::exporterhelper::{
 };
 use profcol_core::pdata::ProfileBatch;
 
-pub use config::Config;
+pub use config::{Config, DEFAULT_MAX_SERVICES};
 pub use folded::UNKNOWN_SERVICE;
 pub use store::{INDEX_HTML, MANIFEST};
 pub use title::TitleError;
 
 use folded::Accumulator;
+use services::ServiceCap;
 use store::Store;
 use title::Title;
 
@@ -62,7 +64,7 @@ impl ExporterFactory for FlamegraphExporterFactory {
     }
 
     fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Exporter>, BuildError> {
-        let exporter = FlamegraphExporter::new(&config, &ctx.id.to_string())
+        let exporter = FlamegraphExporter::new(&config, &ctx.id.to_string(), &ctx.telemetry)
             .map_err(|e| BuildError::new(&ctx.id, e))?;
         Ok(Box::new(exporter))
     }
@@ -72,6 +74,8 @@ struct Inner {
     id: String,
     interval: Duration,
     accumulator: StdMutex<Accumulator>,
+    /// Locked after `accumulator` when both are.
+    services: StdMutex<ServiceCap>,
     /// Held for a whole flush, so flushes never overlap.
     store: Arc<StdMutex<Store>>,
     closed: AtomicBool,
@@ -83,18 +87,27 @@ pub(crate) struct FlamegraphExporter {
 }
 
 impl FlamegraphExporter {
-    fn new(config: &Config, id: &str) -> Result<Self, String> {
+    fn new(
+        config: &Config,
+        id: &str,
+        telemetry: &profcol_core::telemetry::Telemetry,
+    ) -> Result<Self, String> {
         let title = Title::parse(&config.title).map_err(|e| format!("title: {e}"))?;
         if config.interval.is_zero() {
             return Err("interval: must be above 0".to_owned());
         }
-        let store = Store::open(&config.directory, config.keep, title)
+        let store = Store::open(&config.directory, config.keep, config.max_age, title)
             .map_err(|e| format!("cannot open {}: {e}", config.directory.display()))?;
+        let folders = store
+            .service_folders()
+            .map_err(|e| format!("cannot read {}: {e}", config.directory.display()))?;
+        let services = ServiceCap::new(id, config.max_services, folders, telemetry);
         Ok(FlamegraphExporter {
             inner: Arc::new(Inner {
                 id: id.to_owned(),
                 interval: config.interval,
                 accumulator: StdMutex::default(),
+                services: StdMutex::new(services),
                 store: Arc::new(StdMutex::new(store)),
                 closed: AtomicBool::new(false),
             }),
@@ -135,15 +148,27 @@ impl Inner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let (written, errors) = tokio::task::spawn_blocking(move || {
+        let (written, errors, folders) = tokio::task::spawn_blocking(move || {
             let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
             if graphs.is_empty() {
-                return (Vec::new(), Vec::new());
+                return (Vec::new(), Vec::new(), None);
             }
-            store.write(&graphs)
+            let (written, errors) = store.write(&graphs);
+            (written, errors, store.service_folders().ok())
         })
         .await
         .map_err(|e| ExportError::permanent(format!("the render task failed: {e}")))?;
+        if let Some(folders) = folders {
+            // Folders that went (max_age) free their places.
+            let accumulator = self
+                .accumulator
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            self.services
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .refresh(folders, accumulator.services());
+        }
         for path in &written {
             tracing::debug!(exporter = %self.id, file = %path.display(), "wrote a flame graph");
         }
@@ -169,11 +194,17 @@ impl Exporter for FlamegraphExporter {
         self.ensure_flusher();
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            inner
+            let mut accumulator = inner
                 .accumulator
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .add(&batch, timefmt::now_nanos());
+                .unwrap_or_else(PoisonError::into_inner);
+            let mut services = inner
+                .services
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            accumulator.add(&batch, timefmt::now_nanos(), &mut |service| {
+                services.admit(service)
+            });
         })
         .await
         .map_err(|e| ExportError::permanent(format!("the fold task failed: {e}")))

@@ -3,12 +3,13 @@
 //! sample counts and time ranges across restarts). Every file is written whole: a hidden
 //! temp file, then a rename (or, for SVGs that must not replace another, a hard link).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +56,8 @@ struct Manifest {
 pub(crate) struct Store {
     directory: PathBuf,
     keep: usize,
+    /// 0: no age limit.
+    max_age: Duration,
     title: Title,
     manifest: Manifest,
 }
@@ -230,7 +233,12 @@ fn html_escape(s: &str) -> String {
 
 impl Store {
     /// Makes the directory and reads what an earlier run left in the manifest.
-    pub fn open(directory: &Path, keep: usize, title: Title) -> io::Result<Self> {
+    pub fn open(
+        directory: &Path,
+        keep: usize,
+        max_age: Duration,
+        title: Title,
+    ) -> io::Result<Self> {
         std::fs::create_dir_all(directory)?;
         let manifest = match std::fs::read(directory.join(MANIFEST)) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
@@ -243,9 +251,69 @@ impl Store {
         Ok(Store {
             directory: directory.to_path_buf(),
             keep,
+            max_age,
             title,
             manifest,
         })
+    }
+
+    /// The service folders present (not hidden).
+    pub fn service_folders(&self) -> io::Result<HashSet<String>> {
+        let mut folders = HashSet::new();
+        for entry in std::fs::read_dir(&self.directory)? {
+            let entry = entry?;
+            let Ok(folder) = entry.file_name().into_string() else {
+                continue;
+            };
+            if !folder.starts_with('.') && entry.file_type()?.is_dir() {
+                folders.insert(folder);
+            }
+        }
+        Ok(folders)
+    }
+
+    /// Deletes every service's SVGs older than `max_age` (by file time, which a sender
+    /// cannot choose); a folder left with no SVG loses its `latest-*` and goes. Returns
+    /// how many SVGs were deleted.
+    fn prune_by_age(&mut self, now: SystemTime) -> io::Result<usize> {
+        if self.max_age.is_zero() {
+            return Ok(0);
+        }
+        let mut deleted = 0;
+        for folder in self.service_folders()? {
+            let dir = self.directory.join(&folder);
+            let svgs = list_svgs(&dir)?;
+            let mut left = svgs.len();
+            for (_, name) in &svgs {
+                let path = dir.join(name);
+                let Ok(modified) = std::fs::metadata(&path).and_then(|m| m.modified()) else {
+                    continue;
+                };
+                if now.duration_since(modified).unwrap_or(Duration::ZERO) <= self.max_age {
+                    continue;
+                }
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {
+                        deleted += 1;
+                        left -= 1;
+                        tracing::debug!(file = %path.display(), "deleted an expired flame graph");
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => left -= 1,
+                    Err(e) => return Err(e),
+                }
+            }
+            if left == 0 {
+                for f in std::fs::read_dir(&dir)? {
+                    let name = f?.file_name().to_string_lossy().into_owned();
+                    if name.starts_with("latest-") && name.ends_with(".svg") {
+                        let _ = std::fs::remove_file(dir.join(&name));
+                    }
+                }
+                // Only if empty: anything else someone put there stays.
+                let _ = std::fs::remove_dir(&dir);
+            }
+        }
+        Ok(deleted)
     }
 
     /// Renders one graph to SVG.
@@ -304,6 +372,9 @@ impl Store {
             if let Err(e) = self.prune(folder) {
                 errors.push(format!("deleting old flame graphs of {folder}: {e}"));
             }
+        }
+        if let Err(e) = self.prune_by_age(SystemTime::now()) {
+            errors.push(format!("deleting expired flame graphs: {e}"));
         }
         if let Err(e) = self.write_index() {
             errors.push(format!("writing the index: {e}"));

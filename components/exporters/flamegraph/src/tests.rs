@@ -83,7 +83,7 @@ fn config(dir: &Path) -> Config {
 
 fn exporter(config: &Config) -> FlamegraphExporter {
     assert!(config.validate().is_empty(), "{:?}", config.validate());
-    FlamegraphExporter::new(config, "flamegraph").expect("create")
+    FlamegraphExporter::new(config, "flamegraph", &Telemetry::new()).expect("create")
 }
 
 fn names_in(dir: &Path) -> Vec<String> {
@@ -189,6 +189,8 @@ fn testdata_config_parses() {
             directory: PathBuf::from("/var/lib/profcol/flamegraphs"),
             interval: Duration::from_secs(30),
             keep: 10,
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            max_services: 50,
             title: "{service}: {type} in {unit}, {start} to {end} ({samples} samples)".into(),
         }
     );
@@ -212,6 +214,8 @@ fn defaults_and_helper_settings() {
     assert_eq!(c.directory, PathBuf::from("./profiles/flamegraphs"));
     assert_eq!(c.interval, Duration::from_secs(60));
     assert_eq!(c.keep, 60);
+    assert_eq!(c.max_age, Duration::ZERO);
+    assert_eq!(c.max_services, 1000);
     assert_eq!(c.title, "{service} {type} {start}");
     assert!(c.validate().is_empty());
     let s = FlamegraphExporterFactory.helper_settings(&c);
@@ -615,7 +619,7 @@ fn inlined_batch() -> ProfileBatch {
 #[test]
 fn stacks_fold_root_first_with_inlined_frames_innermost_last() {
     let mut acc = Accumulator::default();
-    acc.add(&inlined_batch(), 0);
+    acc.add(&inlined_batch(), 0, &mut |_| true);
     let graphs = acc.take();
     assert_eq!(graphs.len(), 1);
     let g = &graphs[0];
@@ -630,4 +634,92 @@ fn stacks_fold_root_first_with_inlined_frames_innermost_last() {
     assert_eq!(g.start_nanos, 1_700_000_000_000_000_000);
     assert_eq!(g.end_nanos, 1_700_000_010_000_000_000);
     assert!(acc.is_empty());
+}
+
+// ---- retention and the service cap ----------------------------------------------------
+
+fn age(path: &Path, by: Duration) {
+    let f = std::fs::File::options()
+        .write(true)
+        .open(path)
+        .expect("open");
+    f.set_modified(std::time::SystemTime::now() - by)
+        .expect("mtime");
+}
+
+#[tokio::test]
+async fn max_age_deletes_expired_graphs_and_empty_services() {
+    let dir = scratch("max-age");
+    let e = exporter(&Config {
+        max_age: Duration::from_secs(3600),
+        ..config(&dir)
+    });
+    let mut p = fixture("go-goroutine.pb.gz");
+    e.export(batch_of(&p, "old")).await.expect("export");
+    e.export(batch_of(&p, "cart")).await.expect("export");
+    e.inner.flush().await.expect("flush");
+    let first = svgs_in(&dir.join("cart"));
+    assert_eq!(first.len(), 1);
+    // Both services' graphs are two hours old now.
+    for svc in ["old", "cart"] {
+        for name in names_in(&dir.join(svc)) {
+            age(&dir.join(svc).join(name), Duration::from_secs(7200));
+        }
+    }
+    // A new interval for cart only.
+    p.time_nanos += 60_000_000_000;
+    e.export(batch_of(&p, "cart")).await.expect("export");
+    e.inner.flush().await.expect("flush");
+    let now = svgs_in(&dir.join("cart"));
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now, first, "the old one went, the new one stayed");
+    assert!(
+        !dir.join("old").exists(),
+        "a service with no graph left loses its folder: {:?}",
+        names_in(&dir)
+    );
+    let index = std::fs::read_to_string(dir.join(INDEX_HTML)).expect("index");
+    assert!(
+        !hrefs(&index).iter().any(|h| h.starts_with("old/")),
+        "{index}"
+    );
+    assert_well_formed_html_links(&dir);
+    e.shutdown().await.expect("shutdown");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn max_services_drops_new_services_and_counts_them() {
+    let dir = scratch("max-services");
+    let telemetry = Telemetry::new();
+    let c = Config {
+        max_services: 2,
+        ..config(&dir)
+    };
+    let e = FlamegraphExporter::new(&c, "flamegraph/capped", &telemetry).expect("create");
+    for service in ["a", "b", "c", "a", "d"] {
+        e.export(go_cpu(service)).await.expect("export");
+    }
+    e.inner.flush().await.expect("flush");
+    let folders: Vec<String> = names_in(&dir)
+        .into_iter()
+        .filter(|n| dir.join(n).is_dir())
+        .collect();
+    assert_eq!(folders, ["a", "b"]);
+    let dropped = telemetry.value(
+        "profcol_exporter_service_cap_dropped_profiles_total",
+        &[("exporter", "flamegraph/capped")],
+    );
+    // go-cpu is one profile per sample type: two per batch, c and d dropped.
+    assert_eq!(dropped, Some(4));
+    e.shutdown().await.expect("shutdown");
+
+    // Folders of an earlier run hold their places after a restart.
+    let e = FlamegraphExporter::new(&c, "flamegraph/capped", &telemetry).expect("create");
+    e.export(go_cpu("c")).await.expect("export");
+    e.export(go_cpu("b")).await.expect("export");
+    e.shutdown().await.expect("shutdown");
+    assert!(!dir.join("c").exists());
+    assert_eq!(svgs_in(&dir.join("b")).len(), 4, "two types, two runs");
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -15,6 +15,10 @@ use crate::template::Template;
 
 /// The default file name template.
 pub const DEFAULT_FILE_NAME: &str = "{service}-{type}-{time}.pb.gz";
+/// Files kept in the directory by default.
+pub const DEFAULT_MAX_FILES: usize = 10_000;
+/// Distinct services at a time by default.
+pub const DEFAULT_MAX_SERVICES: usize = 1000;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -35,6 +39,16 @@ pub struct Config {
     pub headers: BTreeMap<String, String>,
     /// Add resource attributes as labels on every sample of the files.
     pub resource_labels: bool,
+    /// Files of this exporter (names its `file_name` makes) older than this are deleted
+    /// at each write; 0: no age limit. otelcol's file exporter calls it `max_days`.
+    #[serde(with = "duration")]
+    pub max_age: Duration,
+    /// At most this many files of this exporter are kept in `directory`, the oldest
+    /// deleted at each write; 0: no limit. otelcol's file exporter calls it `max_backups`.
+    pub max_files: usize,
+    /// At most this many distinct services at a time (seen within the last hour);
+    /// profiles of services beyond are dropped and counted. 0: no cap.
+    pub max_services: usize,
     /// One push's deadline; 0 means none.
     #[serde(with = "duration")]
     pub timeout: Duration,
@@ -52,6 +66,9 @@ impl Default for Config {
             write_files: true,
             headers: BTreeMap::new(),
             resource_labels: false,
+            max_age: Duration::ZERO,
+            max_files: DEFAULT_MAX_FILES,
+            max_services: DEFAULT_MAX_SERVICES,
             timeout: Duration::from_secs(30),
             retry_on_failure: RetrySettings::default(),
             sending_queue: QueueSettings::default(),

@@ -26,8 +26,12 @@ pub(crate) struct Window {
 }
 
 impl Window {
-    pub fn add(&mut self, batch: &ProfileBatch) {
+    /// Adds what `admit` lets in (asked once per service and group, before it is merged).
+    pub fn add(&mut self, batch: &ProfileBatch, admit: &mut dyn FnMut(&str) -> bool) {
         for (key, part) in split(batch) {
+            if !admit(&key.service) {
+                continue;
+            }
             let merger = match self.mergers.get_mut(&key) {
                 Some(m) => m,
                 None => {

@@ -11,6 +11,8 @@ mod config;
 mod files;
 mod interval;
 mod push;
+mod retention;
+mod services;
 mod template;
 mod timefmt;
 
@@ -30,17 +32,19 @@ use profcol_core::component::{
 };
 use profcol_core::exporterhelper::ExporterHelperSettings;
 use profcol_core::pdata::codec::gzip_fast;
-use profcol_core::pdata::pprof::{ToPprofOptions, batch_to_pprof};
+use profcol_core::pdata::pprof::{PprofError, ToPprofOptions, batch_to_pprof};
 use profcol_core::pdata::types::{KeyValue, Value};
 use profcol_core::pdata::{ProfileBatch, semconv};
 use prost::Message;
 
-pub use config::{Config, DEFAULT_FILE_NAME};
+pub use config::{Config, DEFAULT_FILE_NAME, DEFAULT_MAX_FILES, DEFAULT_MAX_SERVICES};
 pub use push::SPY_NAME;
 pub use template::TemplateError;
 
 use interval::Window;
 use push::{Push, Pusher, labels_from};
+use retention::Retention;
+use services::ServiceCap;
 use template::{NameValues, Template};
 
 /// The service of a resource with no `service.name`, as OpenTelemetry names it.
@@ -70,7 +74,7 @@ impl ExporterFactory for PprofExporterFactory {
     }
 
     fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Exporter>, BuildError> {
-        let exporter = PprofExporter::new(&config, &ctx.id.to_string())
+        let exporter = PprofExporter::new(&config, &ctx.id.to_string(), &ctx.telemetry)
             .map_err(|e| BuildError::new(&ctx.id, e))?;
         Ok(Box::new(exporter))
     }
@@ -145,9 +149,13 @@ fn pid(attributes: &[KeyValue]) -> i64 {
 }
 
 /// Translates a batch into the outputs it makes. Groups without samples make none.
-pub(crate) fn outputs(batch: &ProfileBatch, options: &ToPprofOptions, now: u64) -> Vec<Output> {
+pub(crate) fn outputs(
+    batch: &ProfileBatch,
+    options: &ToPprofOptions,
+    now: u64,
+) -> Result<Vec<Output>, PprofError> {
     let mut out = Vec::new();
-    for o in batch_to_pprof(batch, options) {
+    for o in batch_to_pprof(batch, options)? {
         if o.profile.sample.is_empty() {
             continue;
         }
@@ -194,7 +202,7 @@ pub(crate) fn outputs(batch: &ProfileBatch, options: &ToPprofOptions, now: u64) 
             service,
         });
     }
-    out
+    Ok(out)
 }
 
 /// What attempts that failed part-way delivered, for the retries that follow.
@@ -237,6 +245,8 @@ struct Inner {
     pusher: Option<Pusher>,
     options: ToPprofOptions,
     interval: Duration,
+    retention: Retention,
+    services: StdMutex<ServiceCap>,
     seq: AtomicU64,
     delivered: StdMutex<Delivered>,
     window: StdMutex<Window>,
@@ -252,7 +262,11 @@ pub(crate) struct PprofExporter {
 }
 
 impl PprofExporter {
-    fn new(config: &Config, id: &str) -> Result<Self, String> {
+    fn new(
+        config: &Config,
+        id: &str,
+        telemetry: &profcol_core::telemetry::Telemetry,
+    ) -> Result<Self, String> {
         let template = if config.write_files {
             Some(Template::parse(&config.file_name).map_err(|e| format!("file_name: {e}"))?)
         } else {
@@ -276,6 +290,11 @@ impl PprofExporter {
                     resource_attributes_as_labels: config.resource_labels,
                 },
                 interval: config.interval,
+                retention: Retention {
+                    max_age: config.max_age,
+                    max_files: config.max_files,
+                },
+                services: StdMutex::new(ServiceCap::new(id, config.max_services, telemetry)),
                 seq: AtomicU64::new(0),
                 delivered: StdMutex::default(),
                 window: StdMutex::default(),
@@ -319,12 +338,22 @@ impl Inner {
         });
         let dir = self.directory.clone();
         let bytes = output.gz.clone();
+        let retention = self.retention;
+        let template = template.clone();
+        let id = self.id.clone();
         tokio::task::spawn_blocking(move || {
-            files::write_unique(&dir, &name, &bytes).map_err(|source| WriteError::Io {
-                dir: dir.display().to_string(),
-                name,
-                source,
-            })
+            let path = files::write_unique(&dir, &name, &bytes).map_err(|source| {
+                WriteError::Io {
+                    dir: dir.display().to_string(),
+                    name,
+                    source,
+                }
+            })?;
+            // The file is written whatever retention makes of the others.
+            if let Err(e) = retention.apply(&dir, &template, &path, std::time::SystemTime::now()) {
+                tracing::warn!(exporter = %id, directory = %dir.display(), error = %e, "could not delete old pprof files");
+            }
+            Ok(path)
         })
         .await
         .unwrap_or_else(|e| Err(WriteError::Task(e.to_string())))
@@ -344,6 +373,14 @@ impl Inner {
                 body: output.gz.clone(),
             })
             .await
+    }
+
+    /// The outputs whose services are within `max_services`.
+    fn admitted(&self, mut outputs: Vec<Output>) -> Vec<Output> {
+        let now = Instant::now();
+        let mut services = self.services.lock().unwrap_or_else(PoisonError::into_inner);
+        outputs.retain(|o| services.admit(&o.service, now));
+        outputs
     }
 
     /// Sends `output` to the sinks asked for; returns the sinks that failed with why.
@@ -369,7 +406,9 @@ impl Inner {
         let outputs =
             tokio::task::spawn_blocking(move || outputs(&batch, &options, timefmt::now_nanos()))
                 .await
-                .map_err(|e| ExportError::permanent(format!("the translation task failed: {e}")))?;
+                .map_err(|e| ExportError::permanent(format!("the translation task failed: {e}")))?
+                .map_err(|e| ExportError::permanent(e.to_string()))?;
+        let outputs = self.admitted(outputs);
         let mut done: Vec<(Sink, u64)> = Vec::new();
         let mut errors: Vec<ExportError> = Vec::new();
         for output in &outputs {
@@ -422,10 +461,17 @@ impl Inner {
         let options = self.options.clone();
         let fresh = tokio::task::spawn_blocking(move || {
             let now = timefmt::now_nanos();
-            groups
-                .iter()
-                .flat_map(|(_, batch)| outputs(batch, &options, now))
-                .collect::<Vec<_>>()
+            let mut fresh = Vec::new();
+            for (_, batch) in &groups {
+                // One batch that cannot become a pprof costs only itself.
+                match outputs(batch, &options, now) {
+                    Ok(made) => fresh.extend(made),
+                    Err(e) => {
+                        tracing::warn!(samples = batch.sample_count(), error = %e, "dropping a batch that cannot be written as pprof");
+                    }
+                }
+            }
+            fresh
         })
         .await
         .map_err(|e| ExportError::permanent(format!("the translation task failed: {e}")))?;
@@ -525,11 +571,16 @@ impl Exporter for PprofExporter {
         self.ensure_flusher();
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
+            let now = Instant::now();
+            let mut services = inner
+                .services
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             inner
                 .window
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .add(&batch);
+                .add(&batch, &mut |service| services.admit(service, now));
         })
         .await
         .map_err(|e| ExportError::permanent(format!("the merge task failed: {e}")))

@@ -105,7 +105,7 @@ pub(crate) struct Push {
 impl Push {
     /// `name=app{k=v,...}&from=..&until=..&format=pprof&spyName=profcol`, percent-encoded.
     pub fn query(&self) -> String {
-        let mut name = self.app.clone();
+        let mut name = app_name(&self.app);
         name.push('{');
         for (i, (k, v)) in self.labels.iter().enumerate() {
             if i > 0 {
@@ -155,6 +155,18 @@ fn label_value(value: &str) -> String {
             }
         })
         .collect()
+}
+
+/// The application name as `name=` carries it: what would break `app{k=v,...}` (`{`,
+/// `}`, `,`, `=`, `"`, control characters) becomes `_`, surrounding white space goes (the
+/// server trims it), and an empty name is `unknown_service`.
+pub(crate) fn app_name(app: &str) -> String {
+    let escaped = label_value(app.trim());
+    if escaped.is_empty() {
+        crate::UNKNOWN_SERVICE.to_owned()
+    } else {
+        escaped
+    }
 }
 
 /// Labels from resource attributes: strings and ints; `service.name` is the app name and
@@ -400,6 +412,28 @@ mod tests {
             push.query(),
             "name=cart%20app%7Benv%3Dprod%7D&from=10&until=20&format=pprof&spyName=profcol"
         );
+    }
+
+    #[test]
+    fn the_app_name_cannot_forge_labels() {
+        let push = Push {
+            app: " evil{tenant=other},x=\"y\"\n ".into(),
+            labels: [("env".to_owned(), "prod".to_owned())]
+                .into_iter()
+                .collect(),
+            from: 1,
+            until: 2,
+            body: Bytes::new(),
+        };
+        let query = push.query();
+        let name = query
+            .strip_prefix("name=")
+            .and_then(|q| q.split('&').next())
+            .expect("name");
+        assert_eq!(name, "evil_tenant_other__x__y_%7Benv%3Dprod%7D");
+        assert_eq!(app_name("my.app-2"), "my.app-2");
+        assert_eq!(app_name("  "), "unknown_service");
+        assert_eq!(app_name("a{b"), "a_b");
     }
 
     #[test]

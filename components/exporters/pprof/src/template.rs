@@ -127,6 +127,79 @@ impl Template {
     }
 }
 
+impl Template {
+    /// Whether `name` is one this template renders (with or without a `-n` suffix before
+    /// the extension): literal text as rendered, each placeholder one or more of the
+    /// characters a made-safe value has (ASCII letters, digits, `.`, `_`, `-`). Used to
+    /// find this exporter's files among others in the directory.
+    pub fn matches(&self, name: &str) -> bool {
+        if self.matches_exactly(name) {
+            return true;
+        }
+        let ext_at = extension_start(name);
+        let stem = &name[..ext_at];
+        match stem.rsplit_once('-') {
+            Some((head, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                self.matches_exactly(&format!("{head}{}", &name[ext_at..]))
+            }
+            _ => false,
+        }
+    }
+
+    fn matches_exactly(&self, name: &str) -> bool {
+        // Literal text as `safe_file_name` leaves it (control characters become `_`); a
+        // name that began with a dot got a `_` before it.
+        let parts: Vec<Option<String>> = self
+            .parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(t) => Some(
+                    t.chars()
+                        .map(|c| if c.is_control() { '_' } else { c })
+                        .collect(),
+                ),
+                Part::Value(_) => None,
+            })
+            .collect();
+        let starts_with_dot = matches!(parts.first(), Some(Some(t)) if t.starts_with('.'));
+        if starts_with_dot && let Some(rest) = name.strip_prefix('_') {
+            return match_parts(&parts, rest.as_bytes());
+        }
+        match_parts(&parts, name.as_bytes())
+    }
+}
+
+/// `parts` (text, or `None` for a placeholder) against `name`. Dynamic programming over
+/// (part, position), so that no name costs more than parts × length² steps.
+fn match_parts(parts: &[Option<String>], name: &[u8]) -> bool {
+    let safe = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+    // reach[i]: positions where matching the parts before this one can end.
+    let mut reach = vec![false; name.len() + 1];
+    reach[0] = true;
+    for part in parts {
+        let mut next = vec![false; name.len() + 1];
+        for at in (0..=name.len()).filter(|&i| reach[i]) {
+            match part {
+                Some(text) => {
+                    if name[at..].starts_with(text.as_bytes()) {
+                        next[at + text.len()] = true;
+                    }
+                }
+                None => {
+                    for (n, b) in name[at..].iter().enumerate() {
+                        if !safe(b) {
+                            break;
+                        }
+                        next[at + n + 1] = true;
+                    }
+                }
+            }
+        }
+        reach = next;
+    }
+    reach[name.len()]
+}
+
 /// Longest a value may be in a file name, in characters.
 const MAX_VALUE_CHARS: usize = 64;
 
@@ -285,6 +358,30 @@ mod tests {
             ..values()
         };
         assert_eq!(t.render(&v).len(), MAX_VALUE_CHARS);
+    }
+
+    #[test]
+    fn finds_its_own_names_only() {
+        let t = Template::parse(crate::config::DEFAULT_FILE_NAME).expect("valid");
+        let rendered = t.render(&values());
+        assert!(t.matches(&rendered), "{rendered}");
+        assert!(t.matches(&with_suffix(&rendered, 12)));
+        assert!(t.matches("my.app-inuse_space-20261130T044512Z.pb.gz"));
+        for other in [
+            "notes.txt",
+            "cart-cpu-20261130T044512Z.svg",
+            "cart.pb.gz",
+            ".cart-cpu-20261130T044512Z.pb.gz.1-2.tmp",
+            "flamegraphs",
+            "cart cpu-x-y.pb.gz",
+        ] {
+            assert!(!t.matches(other), "{other}");
+        }
+        let t = Template::parse("profile.pb.gz").expect("valid");
+        assert!(t.matches("profile.pb.gz") && t.matches("profile-3.pb.gz"));
+        assert!(!t.matches("profile-x.pb.gz"));
+        let t = Template::parse(".{service}").expect("valid");
+        assert!(t.matches(&t.render(&values())));
     }
 
     #[test]

@@ -317,6 +317,9 @@ fn testdata_config_parses() {
                 .into_iter()
                 .collect(),
             resource_labels: true,
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            max_files: 500,
+            max_services: 50,
             timeout: Duration::from_secs(10),
             retry_on_failure: RetrySettings {
                 max_elapsed_time: Duration::from_secs(120),
@@ -355,6 +358,10 @@ fn defaults() {
     assert_eq!(c.directory, PathBuf::from("./profiles"));
     assert_eq!(c.file_name, "{service}-{type}-{time}.pb.gz");
     assert!(c.interval.is_zero() && c.write_files && !c.resource_labels);
+    assert_eq!(
+        (c.max_age, c.max_files, c.max_services),
+        (Duration::ZERO, 10_000, 1000)
+    );
     assert_eq!(c.endpoint(), None);
     assert!(c.validate().is_empty());
     assert_eq!(PprofExporterFactory.type_name(), "pprof");
@@ -835,4 +842,98 @@ async fn interval_push_failures_are_reported_at_shutdown() {
     assert_eq!(server.take().len(), 1, "one merged push");
     assert_eq!(names_in(&dir).len(), 1, "the file is written regardless");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+// ---- retention and the service cap ----------------------------------------------------
+
+#[tokio::test]
+async fn max_files_keeps_the_newest_of_its_own_files() {
+    let dir = scratch("max-files");
+    std::fs::write(dir.join("README.txt"), b"not ours").expect("write");
+    std::fs::create_dir_all(dir.join("flamegraphs")).expect("dir");
+    let exporter = create(Config {
+        max_files: 3,
+        file_name: "{service}-{seq}.pb.gz".into(),
+        ..config(&dir)
+    });
+    for _ in 0..5 {
+        exporter.export(go_cpu("cart")).await.expect("export");
+    }
+    assert_eq!(
+        names_in(&dir),
+        [
+            "README.txt",
+            "cart-2.pb.gz",
+            "cart-3.pb.gz",
+            "cart-4.pb.gz",
+            "flamegraphs"
+        ]
+    );
+    exporter.shutdown().await.expect("shutdown");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn max_age_deletes_files_older_than_it_at_the_next_write() {
+    let dir = scratch("max-age");
+    let exporter = create(Config {
+        max_age: Duration::from_secs(3600),
+        ..config(&dir)
+    });
+    exporter.export(go_cpu("old")).await.expect("export");
+    let old = names_in(&dir);
+    assert_eq!(old.len(), 1);
+    std::fs::File::options()
+        .write(true)
+        .open(dir.join(&old[0]))
+        .expect("open")
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(7200))
+        .expect("mtime");
+    exporter.export(go_cpu("cart")).await.expect("export");
+    let now = names_in(&dir);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert!(now[0].starts_with("cart-cpu-"), "{now:?}");
+    exporter.shutdown().await.expect("shutdown");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn max_services_drops_new_services_in_both_modes_and_counts_them() {
+    for interval in [Duration::ZERO, Duration::from_secs(3600)] {
+        let dir = scratch("max-services");
+        let config = Config {
+            max_services: 2,
+            interval,
+            ..config(&dir)
+        };
+        let telemetry = Telemetry::new();
+        let ctx = CreateContext {
+            id: ComponentId::new("pprof", Some("capped")),
+            telemetry: telemetry.clone(),
+            storage: Default::default(),
+        };
+        let exporter = PprofExporterFactory.create(config, &ctx).expect("create");
+        for service in ["a", "b", "c", "a", "d"] {
+            exporter.export(go_cpu(service)).await.expect("export");
+        }
+        exporter.shutdown().await.expect("shutdown");
+        let services: BTreeSet<String> = names_in(&dir)
+            .iter()
+            .filter_map(|n| n.split('-').next().map(str::to_owned))
+            .collect();
+        assert_eq!(
+            services,
+            ["a", "b"].map(str::to_owned).into_iter().collect(),
+            "{interval:?}"
+        );
+        assert_eq!(
+            telemetry.value(
+                "profcol_exporter_service_cap_dropped_profiles_total",
+                &[("exporter", "pprof/capped")]
+            ),
+            Some(2),
+            "{interval:?}"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

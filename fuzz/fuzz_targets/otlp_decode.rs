@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let merged = merge([&batch, &batch]);
     assert_eq!(merged.sample_count(), 2 * batch.sample_count());
     let _ = Summary::of(&batch, 10);
-    for out in batch_to_pprof(&batch, &ToPprofOptions::default()) {
+    for out in batch_to_pprof(&batch, &ToPprofOptions::default()).into_iter().flatten() {
         pprof_to_batch(&out.profile, ToOtlpOptions::default())
             .expect("OTLP → pprof yields valid pprof");
     }

@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let decoded =
         ProfileBatch::decode(&batch.encode_to_vec()).expect("translation yields valid OTLP");
-    for out in batch_to_pprof(&decoded, &ToPprofOptions::default()) {
+    for out in batch_to_pprof(&decoded, &ToPprofOptions::default()).into_iter().flatten() {
         pprof_to_batch(&out.profile, ToOtlpOptions::default())
             .expect("OTLP → pprof yields valid pprof");
     }

@@ -191,7 +191,8 @@ fn bench(c: &mut Criterion) {
         |b| {
             b.iter(|| {
                 let batch = ProfileBatch::decode(&otlp_bytes).expect("valid");
-                let out = batch_to_pprof(&batch, &ToPprofOptions::default());
+                let out = batch_to_pprof(&batch, &ToPprofOptions::default())
+                    .expect("fits the pprof limit");
                 out[0].profile.encode_to_vec()
             })
         },

@@ -53,7 +53,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let options = ToPprofOptions {
                 resource_attributes_as_labels: !args.no_resource_labels,
             };
-            let outputs = batch_to_pprof(&batch, &options);
+            let outputs = batch_to_pprof(&batch, &options)
+                .map_err(|e| anyhow::anyhow!("{}: cannot be written as pprof: {e}", args.input))?;
             if outputs.is_empty() {
                 bail!("{}: holds no profiles to write as pprof", args.input);
             }

@@ -1,6 +1,7 @@
 //! Attribute helpers: semantic-convention names, value formatting, and resolving the
 //! reference form (`key_strindex`, `string_value_strindex`) into inline keys and values.
 
+use super::limits::CopyBudget;
 use super::types::{AnyValue, KeyValue, KeyValueAndUnit, ProfilesDictionary, Value};
 use super::validate::ValidationError;
 
@@ -96,27 +97,46 @@ pub fn any_value_to_string(value: &AnyValue) -> String {
 }
 
 /// Resolves string references against `strings`, so that everything past the edge of the
-/// collector carries inline keys and values. `path` names the place for errors.
+/// collector carries inline keys and values. `path` names the place for errors. Each
+/// copy is charged to a budget proportional to the strings, so that one long string
+/// referenced millions of times is refused instead of copied millions of times.
 pub(crate) struct ReferenceResolver<'a> {
-    pub strings: &'a [String],
+    strings: &'a [String],
+    budget: CopyBudget,
 }
 
-impl ReferenceResolver<'_> {
-    fn lookup(&self, index: i32, path: &dyn Fn() -> String) -> Result<&str, ValidationError> {
-        usize::try_from(index)
+impl<'a> ReferenceResolver<'a> {
+    pub fn new(strings: &'a [String]) -> Self {
+        ReferenceResolver {
+            strings,
+            budget: CopyBudget::for_strings(strings),
+        }
+    }
+
+    /// The referenced string, copied and charged to the budget.
+    fn copy(&mut self, index: i32, path: &dyn Fn() -> String) -> Result<String, ValidationError> {
+        let s = usize::try_from(index)
             .ok()
             .and_then(|i| self.strings.get(i))
-            .map(String::as_str)
             .ok_or_else(|| ValidationError::IndexOutOfRange {
                 field: path(),
                 table: "string_table",
                 index: i64::from(index),
                 len: self.strings.len(),
-            })
+            })?;
+        self.budget
+            .charge(s.len())
+            .map_err(|total| ValidationError::Invalid {
+                field: path(),
+                problem: format!(
+                    "string references would copy more than {total} bytes (four times the string table plus 1 MiB)"
+                ),
+            })?;
+        Ok(s.clone())
     }
 
     pub fn key_values(
-        &self,
+        &mut self,
         kvs: &mut [KeyValue],
         path: &dyn Fn() -> String,
     ) -> Result<(), ValidationError> {
@@ -124,9 +144,7 @@ impl ReferenceResolver<'_> {
             let here = || format!("{}[{i}]", path());
             // An inline key wins over a (possibly stale) reference; index 0 means unset.
             if kv.key.is_empty() && kv.key_strindex != 0 {
-                kv.key = self
-                    .lookup(kv.key_strindex, &|| format!("{}.key_strindex", here()))?
-                    .to_owned();
+                kv.key = self.copy(kv.key_strindex, &|| format!("{}.key_strindex", here()))?;
             } else if kv.key_strindex < 0 {
                 return Err(ValidationError::IndexOutOfRange {
                     field: format!("{}.key_strindex", here()),
@@ -144,7 +162,7 @@ impl ReferenceResolver<'_> {
     }
 
     pub fn any_value(
-        &self,
+        &mut self,
         value: &mut AnyValue,
         path: &dyn Fn() -> String,
         depth: usize,
@@ -158,8 +176,8 @@ impl ReferenceResolver<'_> {
         }
         match &mut value.value {
             Some(Value::StringValueStrindex(i)) => {
-                let s = self.lookup(*i, &|| format!("{}.string_value_strindex", path()))?;
-                value.value = Some(Value::StringValue(s.to_owned()));
+                let s = self.copy(*i, &|| format!("{}.string_value_strindex", path()))?;
+                value.value = Some(Value::StringValue(s));
             }
             Some(Value::ArrayValue(a)) => {
                 for (i, v) in a.values.iter_mut().enumerate() {
@@ -175,7 +193,10 @@ impl ReferenceResolver<'_> {
         Ok(())
     }
 
-    pub fn attribute_table(&self, table: &mut [KeyValueAndUnit]) -> Result<(), ValidationError> {
+    pub fn attribute_table(
+        &mut self,
+        table: &mut [KeyValueAndUnit],
+    ) -> Result<(), ValidationError> {
         for (i, kv) in table.iter_mut().enumerate() {
             if let Some(v) = kv.value.as_mut() {
                 self.any_value(v, &|| format!("dictionary.attribute_table[{i}].value"), 0)?;
@@ -197,7 +218,7 @@ mod tests {
     #[test]
     fn resolves_references_at_every_depth() {
         let strings = strs();
-        let r = ReferenceResolver { strings: &strings };
+        let mut r = ReferenceResolver::new(&strings);
         let mut kvs = vec![KeyValue {
             key: String::new(),
             key_strindex: 1,
@@ -261,7 +282,7 @@ mod tests {
     #[test]
     fn inline_key_wins_and_index_zero_is_unset() {
         let strings = strs();
-        let r = ReferenceResolver { strings: &strings };
+        let mut r = ReferenceResolver::new(&strings);
         let mut kvs = vec![
             KeyValue {
                 key: "inline".into(),
@@ -282,7 +303,7 @@ mod tests {
     #[test]
     fn out_of_range_reference_names_the_path() {
         let strings = strs();
-        let r = ReferenceResolver { strings: &strings };
+        let mut r = ReferenceResolver::new(&strings);
         let mut kvs = vec![KeyValue {
             key: String::new(),
             key_strindex: 9,
@@ -296,6 +317,29 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "resource_profiles[0].resource.attributes[0].key_strindex: index 9 is out of range of string_table (length 3)"
+        );
+    }
+
+    #[test]
+    fn one_long_string_referenced_many_times_is_refused_not_copied() {
+        let strings = vec![String::new(), "x".repeat(1 << 20)];
+        let mut r = ReferenceResolver::new(&strings);
+        // Five copies fit the budget (4 × 1 MiB + 1 MiB); the sixth does not.
+        let mut table: Vec<KeyValueAndUnit> = (0..1000)
+            .map(|_| KeyValueAndUnit {
+                value: Some(AnyValue {
+                    value: Some(Value::StringValueStrindex(1)),
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let err = r.attribute_table(&mut table).expect_err("over budget");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "dictionary.attribute_table[5].value.string_value_strindex: string references would copy more than {} bytes (four times the string table plus 1 MiB)",
+                5 << 20
+            )
         );
     }
 }

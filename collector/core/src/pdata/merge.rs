@@ -2,6 +2,10 @@
 //! in dependency order: strings → functions, mappings, attributes → locations → stacks →
 //! links → profiles and samples. Equal resources, and equal scopes within them, are joined.
 
+use std::collections::HashMap;
+
+use prost::Message;
+
 use super::batch::{ClientInfo, ProfileBatch};
 use super::builder::DictionaryBuilder;
 use super::types::{
@@ -17,6 +21,19 @@ pub struct Merger {
     samples: usize,
     /// None before the first batch; Some(None) once inputs disagree or name no client.
     client: Option<Option<ClientInfo>>,
+    /// Where each resource (by its encoding and schema url) is, and within it each scope,
+    /// so that joining equal ones hashes instead of scanning: a batch of many resources
+    /// must not make merging quadratic.
+    resources: HashMap<Vec<u8>, usize>,
+    scopes: Vec<HashMap<Vec<u8>, usize>>,
+}
+
+/// The identity of a resource or scope: its protobuf encoding, then its schema url.
+fn identity(message: Option<&impl Message>, schema_url: &str) -> Vec<u8> {
+    let mut key = message.map(Message::encode_to_vec).unwrap_or_default();
+    key.push(0xff);
+    key.extend_from_slice(schema_url.as_bytes());
+    key
 }
 
 /// Where each entry of one input dictionary landed in the merged one.
@@ -80,28 +97,47 @@ impl Merger {
                 .flat_map(|s| &s.profiles)
                 .map(|p| p.samples.len())
                 .sum::<usize>();
-            let same_resource = self
-                .resource_profiles
-                .iter_mut()
-                .find(|have| have.resource == rp.resource && have.schema_url == rp.schema_url);
-            match same_resource {
-                Some(have) => {
+            let resource_key = identity(rp.resource.as_ref(), &rp.schema_url);
+            match self.resources.get(&resource_key) {
+                Some(&r) => {
+                    let have = &mut self.resource_profiles[r];
+                    let scope_index = &mut self.scopes[r];
                     for scope in scopes {
-                        let same_scope = have
-                            .scope_profiles
-                            .iter_mut()
-                            .find(|s| s.scope == scope.scope && s.schema_url == scope.schema_url);
-                        match same_scope {
-                            Some(s) => s.profiles.extend(scope.profiles),
-                            None => have.scope_profiles.push(scope),
+                        let scope_key = identity(scope.scope.as_ref(), &scope.schema_url);
+                        match scope_index.get(&scope_key) {
+                            Some(&s) => have.scope_profiles[s].profiles.extend(scope.profiles),
+                            None => {
+                                scope_index.insert(scope_key, have.scope_profiles.len());
+                                have.scope_profiles.push(scope);
+                            }
                         }
                     }
                 }
-                None => self.resource_profiles.push(ResourceProfiles {
-                    resource: rp.resource.clone(),
-                    schema_url: rp.schema_url.clone(),
-                    scope_profiles: scopes,
-                }),
+                None => {
+                    let mut scope_index = HashMap::new();
+                    let mut joined: Vec<ScopeProfiles> = Vec::with_capacity(scopes.len());
+                    for scope in scopes {
+                        let scope_key = identity(scope.scope.as_ref(), &scope.schema_url);
+                        match scope_index.get(&scope_key) {
+                            Some(&s) => {
+                                let into: &mut ScopeProfiles = &mut joined[s];
+                                into.profiles.extend(scope.profiles);
+                            }
+                            None => {
+                                scope_index.insert(scope_key, joined.len());
+                                joined.push(scope);
+                            }
+                        }
+                    }
+                    self.resources
+                        .insert(resource_key, self.resource_profiles.len());
+                    self.scopes.push(scope_index);
+                    self.resource_profiles.push(ResourceProfiles {
+                        resource: rp.resource.clone(),
+                        schema_url: rp.schema_url.clone(),
+                        scope_profiles: joined,
+                    });
+                }
             }
         }
     }
@@ -367,5 +403,36 @@ mod tests {
         assert_eq!(merge([&a, &b]).client(), Some(&peer(1)));
         assert_eq!(merge([&a, &c]).client(), None);
         assert_eq!(merge([&a, &batch("cart", "f", 1)]).client(), None);
+    }
+
+    /// A batch of many distinct resources merges in linear time: resources are found by
+    /// hashing, not by scanning those merged so far.
+    #[test]
+    fn many_resources_merge_without_scanning() {
+        let one = batch("svc", "main", 1);
+        let mut many = one.clone();
+        let template = one.resource_profiles()[0].clone();
+        *many.resource_profiles_mut() = (0..30_000)
+            .map(|n| {
+                let mut rp = template.clone();
+                if let Some(r) = rp.resource.as_mut() {
+                    r.attributes[0].value = Some(AnyValue {
+                        value: Some(Value::StringValue(format!("svc-{n}"))),
+                    });
+                }
+                rp
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let merged = merge([&many, &many]);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        assert_eq!(merged.resource_profiles().len(), 30_000);
+        assert_eq!(merged.sample_count(), 60_000);
+        assert!(
+            merged
+                .resource_profiles()
+                .iter()
+                .all(|rp| rp.scope_profiles.len() == 1)
+        );
     }
 }

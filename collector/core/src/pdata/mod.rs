@@ -10,6 +10,7 @@ mod batch;
 mod builder;
 pub mod codec;
 mod encode;
+pub mod limits;
 mod merge;
 pub mod otlp_json;
 pub mod pprof;

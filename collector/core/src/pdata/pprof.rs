@@ -21,6 +21,7 @@ use profcol_proto::pprof as pp;
 use super::attributes::{any_value_to_string, attribute_value, semconv};
 use super::batch::ProfileBatch;
 use super::builder::DictionaryBuilder;
+use super::limits::{CopyBudget, MAX_LABELS_PER_SAMPLE, MAX_STACK_DEPTH};
 use super::types::{
     AnyValue, ArrayValue, Function, InstrumentationScope, KeyValue, Line, Location, Mapping,
     Profile, ProfilesDictionary, ResourceProfiles, Sample, ScopeProfiles, Value, ValueType,
@@ -59,6 +60,21 @@ pub enum PprofError {
     },
     #[error("mapping id {id}: memory_start {start:#x} lies above memory_limit {limit:#x}")]
     BadMappingRange { id: u64, start: u64, limit: u64 },
+    #[error("sample[{sample}] has {count} {what}; at most {max} are accepted")]
+    TooMany {
+        sample: usize,
+        what: &'static str,
+        count: usize,
+        max: usize,
+    },
+    #[error(
+        "{field}: string copies would exceed {total} bytes (four times the string table plus 1 MiB)"
+    )]
+    CopiesTooLarge { field: String, total: usize },
+    #[error(
+        "the pprof of this batch would take about {estimate} bytes, over the limit of {limit} (64 times the batch's size, at least 256 MiB): its samples repeat deep stacks or many labels"
+    )]
+    OutputTooLarge { estimate: usize, limit: usize },
 }
 
 /// Where pprof ids point after translation. Ids are usually 1..n, so a vector serves;
@@ -183,6 +199,8 @@ pub fn pprof_into(
             .map_or("", String::as_str)
     };
 
+    let mut copies = CopyBudget::for_strings(&p.string_table);
+    let mut build_ids: FastMap<i64, i32> = FastMap::new();
     let mut mapping_index = Vec::with_capacity(p.mapping.len());
     for (i, m) in p.mapping.iter().enumerate() {
         if m.memory_limit != 0 && m.memory_start > m.memory_limit {
@@ -195,12 +213,21 @@ pub fn pprof_into(
         let mut attributes = Vec::new();
         if m.build_id != 0 {
             str_at(m.build_id, &|| format!("mapping[{i}].build_id"))?;
-            let id = text(m.build_id);
-            attributes.push(builder.attribute_kv(
-                build_id_key(id),
-                Value::StringValue(id.to_owned()),
-                "",
-            ));
+            // Mappings often share a build id; translate each string once.
+            let attribute = match build_ids.get(&m.build_id) {
+                Some(&a) => a,
+                None => {
+                    let id = text(m.build_id);
+                    let a = builder.attribute_kv(
+                        build_id_key(id),
+                        Value::StringValue(id.to_owned()),
+                        "",
+                    );
+                    build_ids.insert(m.build_id, a);
+                    a
+                }
+            };
+            attributes.push(attribute);
         }
         for (set, key) in [
             (m.has_functions, semconv::PPROF_HAS_FUNCTIONS),
@@ -280,13 +307,7 @@ pub fn pprof_into(
     let locations = IdMap::build("location", location_index.iter().copied())?;
 
     let types = p.sample_type.len();
-    let mut columns: Vec<Vec<Sample>> = (0..types)
-        .map(|_| Vec::with_capacity(p.sample.len()))
-        .collect();
-    let mut stack = Vec::new();
-    // Samples repeat few label sets; translate each set once. Keyed by the labels
-    // themselves, so a lookup allocates nothing.
-    let mut label_cache: FastMap<Vec<pp::Label>, Vec<i32>> = FastMap::new();
+    // Every sample's shape is checked before anything is sized by the sample count.
     for (n, s) in p.sample.iter().enumerate() {
         if s.value.len() != types {
             return Err(PprofError::ValueCount {
@@ -295,6 +316,29 @@ pub fn pprof_into(
                 want: types,
             });
         }
+        for (what, count, max) in [
+            ("locations", s.location_id.len(), MAX_STACK_DEPTH),
+            ("labels", s.label.len(), MAX_LABELS_PER_SAMPLE),
+        ] {
+            if count > max {
+                return Err(PprofError::TooMany {
+                    sample: n,
+                    what,
+                    count,
+                    max,
+                });
+            }
+        }
+    }
+    let mut columns: Vec<Vec<Sample>> = (0..types)
+        .map(|_| Vec::with_capacity(p.sample.len()))
+        .collect();
+    let mut stack = Vec::new();
+    // Samples repeat few label sets; translate each set once. Keyed by the labels
+    // themselves, so a lookup allocates nothing.
+    let mut label_sets: FastMap<Vec<pp::Label>, Vec<i32>> = FastMap::new();
+    let mut labels = LabelTranslator::default();
+    for (n, s) in p.sample.iter().enumerate() {
         stack.clear();
         for &id in &s.location_id {
             stack.push(locations.get(id).ok_or_else(|| PprofError::UnknownId {
@@ -307,11 +351,11 @@ pub fn pprof_into(
         let attributes = if s.label.is_empty() {
             Vec::new()
         } else {
-            match label_cache.get(s.label.as_slice()) {
+            match label_sets.get(s.label.as_slice()) {
                 Some(a) => a.clone(),
                 None => {
-                    let a = labels_to_attributes(builder, &s.label, &str_at, text, n)?;
-                    label_cache.insert(s.label.clone(), a.clone());
+                    let a = labels.translate(builder, &mut copies, &s.label, &str_at, text, n)?;
+                    label_sets.insert(s.label.clone(), a.clone());
                     a
                 }
             }
@@ -332,6 +376,7 @@ pub fn pprof_into(
         let mut comments = Vec::with_capacity(p.comment.len());
         for (i, &c) in p.comment.iter().enumerate() {
             str_at(c, &|| format!("comment[{i}]"))?;
+            charge(&mut copies, text(c).len(), || format!("comment[{i}]"))?;
             comments.push(AnyValue {
                 value: Some(Value::StringValue(text(c).to_owned())),
             });
@@ -415,51 +460,131 @@ fn build_id_key(id: &str) -> &'static str {
 /// Checks a pprof string index, naming the referring field (built only on error).
 type StrAt<'f> = dyn Fn(i64, &dyn Fn() -> String) -> Result<i32, PprofError> + 'f;
 
-fn labels_to_attributes<'p>(
-    builder: &mut DictionaryBuilder,
-    labels: &[pp::Label],
-    str_at: &StrAt<'_>,
-    text: impl Fn(i64) -> &'p str + Copy,
-    sample: usize,
-) -> Result<Vec<i32>, PprofError> {
-    // Group by key in order of first appearance: OTLP lets a list name a key once.
-    let mut by_key: Vec<(i64, Vec<AnyValue>, i64)> = Vec::new();
-    for (i, l) in labels.iter().enumerate() {
-        str_at(l.key, &|| format!("sample[{sample}].label[{i}].key"))?;
-        let value = if l.str != 0 {
-            str_at(l.str, &|| format!("sample[{sample}].label[{i}].str"))?;
-            Value::StringValue(text(l.str).to_owned())
-        } else {
-            str_at(l.num_unit, &|| {
-                format!("sample[{sample}].label[{i}].num_unit")
-            })?;
-            Value::IntValue(l.num)
-        };
-        let value = AnyValue { value: Some(value) };
-        match by_key.iter_mut().find(|(k, ..)| text(*k) == text(l.key)) {
-            Some((_, values, unit)) => {
-                values.push(value);
-                if *unit == 0 {
-                    *unit = l.num_unit;
-                }
+/// Charges a string copy to the input's copy budget.
+fn charge(
+    copies: &mut CopyBudget,
+    bytes: usize,
+    field: impl FnOnce() -> String,
+) -> Result<(), PprofError> {
+    copies
+        .charge(bytes)
+        .map_err(|total| PprofError::CopiesTooLarge {
+            field: field(),
+            total,
+        })
+}
+
+/// Turns pprof label sets into attribute indices. A single-valued label becomes the same
+/// attribute wherever it appears, so it is translated once per (key, value, unit) and
+/// its string is never copied again; only keys with several values in one set make a
+/// fresh array, and those copies are charged to the budget.
+#[derive(Default)]
+struct LabelTranslator {
+    single: FastMap<(i64, i64, i64, i64), i32>,
+}
+
+/// Labels grouped by key in order of first appearance: (key, label positions).
+type KeyGroups = Vec<(i64, Vec<usize>)>;
+
+impl LabelTranslator {
+    fn translate<'p>(
+        &mut self,
+        builder: &mut DictionaryBuilder,
+        copies: &mut CopyBudget,
+        labels: &[pp::Label],
+        str_at: &StrAt<'_>,
+        text: impl Fn(i64) -> &'p str + Copy,
+        sample: usize,
+    ) -> Result<Vec<i32>, PprofError> {
+        for (i, l) in labels.iter().enumerate() {
+            str_at(l.key, &|| format!("sample[{sample}].label[{i}].key"))?;
+            if l.str != 0 {
+                str_at(l.str, &|| format!("sample[{sample}].label[{i}].str"))?;
+            } else {
+                str_at(l.num_unit, &|| {
+                    format!("sample[{sample}].label[{i}].num_unit")
+                })?;
             }
-            None => by_key.push((l.key, vec![value], if l.str != 0 { 0 } else { l.num_unit })),
+        }
+        let groups = group_by_key(labels, text);
+        let mut out = Vec::with_capacity(groups.len());
+        for (key, positions) in groups {
+            if let [only] = positions[..] {
+                let l = &labels[only];
+                let (num, unit) = if l.str != 0 {
+                    (0, 0)
+                } else {
+                    (l.num, l.num_unit)
+                };
+                let id = (key, l.str, num, unit);
+                let attribute = match self.single.get(&id) {
+                    Some(&a) => a,
+                    None => {
+                        let value = if l.str != 0 {
+                            Value::StringValue(text(l.str).to_owned())
+                        } else {
+                            Value::IntValue(l.num)
+                        };
+                        let a = builder.attribute_kv(text(key), value, text(unit));
+                        self.single.insert(id, a);
+                        a
+                    }
+                };
+                out.push(attribute);
+                continue;
+            }
+            // One key, several values: an array attribute, with the first unit given.
+            let mut values = Vec::with_capacity(positions.len());
+            let mut unit = 0;
+            for &at in &positions {
+                let l = &labels[at];
+                let value = if l.str != 0 {
+                    charge(copies, text(l.str).len(), || {
+                        format!("sample[{sample}].label[{at}].str")
+                    })?;
+                    Value::StringValue(text(l.str).to_owned())
+                } else {
+                    if unit == 0 {
+                        unit = l.num_unit;
+                    }
+                    Value::IntValue(l.num)
+                };
+                values.push(AnyValue { value: Some(value) });
+            }
+            out.push(builder.attribute_kv(
+                text(key),
+                Value::ArrayValue(ArrayValue { values }),
+                text(unit),
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// Groups label positions by key text, in order of first appearance (OTLP lets a list
+/// name a key once). Short sets are scanned, long ones hashed.
+fn group_by_key<'p>(labels: &[pp::Label], text: impl Fn(i64) -> &'p str) -> KeyGroups {
+    let mut groups: KeyGroups = Vec::new();
+    if labels.len() <= 16 {
+        for (i, l) in labels.iter().enumerate() {
+            match groups.iter_mut().find(|(k, _)| text(*k) == text(l.key)) {
+                Some((_, positions)) => positions.push(i),
+                None => groups.push((l.key, vec![i])),
+            }
+        }
+        return groups;
+    }
+    let mut by_text: FastMap<&'p str, usize> = FastMap::with_capacity(labels.len());
+    for (i, l) in labels.iter().enumerate() {
+        match by_text.get(text(l.key)) {
+            Some(&g) => groups[g].1.push(i),
+            None => {
+                by_text.insert(text(l.key), groups.len());
+                groups.push((l.key, vec![i]));
+            }
         }
     }
-    Ok(by_key
-        .into_iter()
-        .map(|(key, mut values, unit)| {
-            let value = if values.len() == 1 {
-                values
-                    .pop()
-                    .and_then(|v| v.value)
-                    .unwrap_or(Value::StringValue(String::new()))
-            } else {
-                Value::ArrayValue(ArrayValue { values })
-            };
-            builder.attribute_kv(text(key), value, text(unit))
-        })
-        .collect())
+    groups
 }
 
 /// One pprof made from OTLP, with where it came from.
@@ -486,8 +611,37 @@ impl Default for ToPprofOptions {
 
 /// Translates a batch into pprof profiles: one per resource, scope and group of profiles
 /// that share period, time window and profile attributes.
-pub fn batch_to_pprof(batch: &ProfileBatch, options: &ToPprofOptions) -> Vec<PprofOutput> {
+///
+/// pprof repeats each sample's whole stack and labels where OTLP shares them, so the
+/// pprof of a small batch can be very large; a batch whose pprof would take more than
+/// [`pprof_output_limit`] is refused before anything is built.
+pub fn batch_to_pprof(
+    batch: &ProfileBatch,
+    options: &ToPprofOptions,
+) -> Result<Vec<PprofOutput>, PprofError> {
     let d = batch.dictionary();
+    let resource_labels_of = |rp: &'_ ResourceProfiles| -> usize {
+        match (&rp.resource, options.resource_attributes_as_labels) {
+            (Some(res), true) => res.attributes.len(),
+            _ => 0,
+        }
+    };
+    let estimate = batch
+        .resource_profiles()
+        .iter()
+        .flat_map(|rp| {
+            let extra = resource_labels_of(rp);
+            rp.scope_profiles
+                .iter()
+                .flat_map(|sp| &sp.profiles)
+                .flat_map(|p| &p.samples)
+                .map(move |s| pprof_sample_bytes(d, s, extra))
+        })
+        .fold(0usize, usize::saturating_add);
+    let limit = pprof_output_limit(batch.encoded_len());
+    if estimate > limit {
+        return Err(PprofError::OutputTooLarge { estimate, limit });
+    }
     let mut out = Vec::new();
     for (r, rp) in batch.resource_profiles().iter().enumerate() {
         let resource_labels: &[KeyValue] =
@@ -506,29 +660,76 @@ pub fn batch_to_pprof(batch: &ProfileBatch, options: &ToPprofOptions) -> Vec<Ppr
             }
         }
     }
-    out
+    Ok(out)
+}
+
+/// The most memory the pprof of a batch may take: 64 times the batch's own encoding, and
+/// never less than 256 MiB, which real batches stay far below.
+pub fn pprof_output_limit(batch_bytes: usize) -> usize {
+    batch_bytes.saturating_mul(64).max(256 << 20)
+}
+
+/// What one sample costs as a pprof sample in memory: the message, its location ids,
+/// a value, and a label per attribute value and per resource attribute.
+fn pprof_sample_bytes(d: &ProfilesDictionary, s: &Sample, resource_labels: usize) -> usize {
+    let depth = d
+        .stack_table
+        .get(s.stack_index as usize)
+        .map_or(0, |st| st.location_indices.len());
+    let labels = s
+        .attribute_indices
+        .iter()
+        .map(|&a| {
+            match d
+                .attribute_table
+                .get(a as usize)
+                .and_then(|kv| kv.value.as_ref())
+                .and_then(|v| v.value.as_ref())
+            {
+                Some(Value::ArrayValue(arr)) => arr.values.len(),
+                _ => 1,
+            }
+        })
+        .fold(
+            resource_labels + 2 * usize::from(s.link_index != 0),
+            usize::saturating_add,
+        );
+    let label_size = std::mem::size_of::<pp::Label>();
+    std::mem::size_of::<pp::Sample>()
+        .saturating_add(depth.saturating_mul(8))
+        .saturating_add(8)
+        .saturating_add(labels.saturating_mul(label_size))
 }
 
 /// Profiles that together make one pprof: same period, window and attributes, distinct
-/// sample types.
+/// sample types. A profile joins the first group with its shape that lacks its sample
+/// type; since groups of one shape fill in order, that is the group numbered by how many
+/// of them already hold the type, so no group is scanned.
 fn group_profiles<'a>(d: &ProfilesDictionary, profiles: &'a [Profile]) -> Vec<Vec<&'a Profile>> {
     let text = |i: i32| d.string_table.get(i as usize).map_or("", String::as_str);
     let vt = |v: Option<ValueType>| v.map(|v| (text(v.type_strindex), text(v.unit_strindex)));
+    type Shape<'s> = (Option<(&'s str, &'s str)>, i64, u64, u64, &'s [i32]);
     let mut groups: Vec<Vec<&Profile>> = Vec::new();
+    let mut by_shape: FastMap<Shape<'_>, Vec<usize>> = FastMap::new();
+    let mut holding_type: FastMap<(Shape<'_>, Option<(&str, &str)>), usize> = FastMap::new();
     for p in profiles {
-        let fits = |g: &Vec<&Profile>| {
-            let first = g[0];
-            vt(first.period_type) == vt(p.period_type)
-                && first.period == p.period
-                && first.time_unix_nano == p.time_unix_nano
-                && first.duration_nano == p.duration_nano
-                && first.attribute_indices == p.attribute_indices
-                && g.iter().all(|q| vt(q.sample_type) != vt(p.sample_type))
-        };
-        match groups.iter_mut().find(|g| fits(g)) {
-            Some(g) => g.push(p),
-            None => groups.push(vec![p]),
+        let shape: Shape<'_> = (
+            vt(p.period_type),
+            p.period,
+            p.time_unix_nano,
+            p.duration_nano,
+            &p.attribute_indices,
+        );
+        let held = holding_type.entry((shape, vt(p.sample_type))).or_insert(0);
+        let of_shape = by_shape.entry(shape).or_default();
+        match of_shape.get(*held) {
+            Some(&g) => groups[g].push(p),
+            None => {
+                of_shape.push(groups.len());
+                groups.push(vec![p]);
+            }
         }
+        *held += 1;
     }
     groups
 }
@@ -538,7 +739,9 @@ struct PprofWriter<'a> {
     d: &'a ProfilesDictionary,
     strings: FastMap<String, i64>,
     string_table: Vec<String>,
-    used_locations: Vec<bool>,
+    /// Locations the samples use, so that only those (and their functions and mappings)
+    /// are written; a set, since one batch makes many pprofs over one shared table.
+    used_locations: hashbrown::HashSet<i32>,
 }
 
 impl<'a> PprofWriter<'a> {
@@ -549,7 +752,7 @@ impl<'a> PprofWriter<'a> {
             d,
             strings,
             string_table: vec![String::new()],
-            used_locations: vec![false; d.location_table.len()],
+            used_locations: hashbrown::HashSet::new(),
         }
     }
 
@@ -726,9 +929,7 @@ impl<'a> PprofWriter<'a> {
         let location_id = stack
             .iter()
             .map(|&l| {
-                if let Some(u) = self.used_locations.get_mut(l as usize) {
-                    *u = true;
-                }
+                self.used_locations.insert(l);
                 Self::id_of(l, location_count)
             })
             .collect();
@@ -786,8 +987,16 @@ impl<'a> PprofWriter<'a> {
                 labels.push(self.label(key, &v, ""));
             }
         }
+        // Long lists on both sides are matched by hashing, so that neither count can make
+        // this quadratic.
+        let hashed: Option<hashbrown::HashSet<&str>> =
+            (keys.len() > 16 && resource_labels.len() > 16).then(|| keys.iter().copied().collect());
         for kv in resource_labels {
-            if keys.contains(&kv.key.as_str()) {
+            let present = match &hashed {
+                Some(set) => set.contains(kv.key.as_str()),
+                None => keys.contains(&kv.key.as_str()),
+            };
+            if present {
                 continue;
             }
             if let Some(v) = &kv.value {
@@ -828,31 +1037,25 @@ impl<'a> PprofWriter<'a> {
     /// table order with the table index as id.
     fn write_tables(&mut self, out: &mut pp::Profile) {
         let d = self.d;
-        let mut used_functions = vec![false; d.function_table.len()];
-        let mut used_mappings = vec![false; d.mapping_table.len()];
-        let used = std::mem::take(&mut self.used_locations);
-        for (index, l) in d
-            .location_table
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| used[*i])
-        {
-            let index = index as i32;
-            if let Some(u) = used_mappings
-                .get_mut(l.mapping_index as usize)
-                .filter(|_| l.mapping_index != 0)
-            {
-                *u = true;
+        let mut used_functions = hashbrown::HashSet::new();
+        let mut used_mappings = hashbrown::HashSet::new();
+        let mut used: Vec<i32> = std::mem::take(&mut self.used_locations)
+            .into_iter()
+            .collect();
+        used.sort_unstable();
+        for index in used {
+            let Some(l) = d.location_table.get(index as usize) else {
+                continue;
+            };
+            if l.mapping_index != 0 {
+                used_mappings.insert(l.mapping_index);
             }
             let line = l
                 .lines
                 .iter()
                 .map(|line| {
-                    if let Some(u) = used_functions
-                        .get_mut(line.function_index as usize)
-                        .filter(|_| line.function_index != 0)
-                    {
-                        *u = true;
+                    if line.function_index != 0 {
+                        used_functions.insert(line.function_index);
                     }
                     pp::Line {
                         function_id: line.function_index as u64,
@@ -876,12 +1079,12 @@ impl<'a> PprofWriter<'a> {
         }
         // A location at index 0 was given the id past the table; keep ids ascending.
         out.location.sort_by_key(|l| l.id);
-        for (index, f) in d
-            .function_table
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| used_functions[*i])
-        {
+        let mut used_functions: Vec<i32> = used_functions.into_iter().collect();
+        used_functions.sort_unstable();
+        for index in used_functions {
+            let Some(f) = d.function_table.get(index as usize) else {
+                continue;
+            };
             let function = pp::Function {
                 id: index as u64,
                 name: self.string(self.text(f.name_strindex)),
@@ -891,12 +1094,12 @@ impl<'a> PprofWriter<'a> {
             };
             out.function.push(function);
         }
-        for (index, m) in d
-            .mapping_table
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| used_mappings[*i])
-        {
+        let mut used_mappings: Vec<i32> = used_mappings.into_iter().collect();
+        used_mappings.sort_unstable();
+        for index in used_mappings {
+            let Some(m) = d.mapping_table.get(index as usize) else {
+                continue;
+            };
             let flag = |key| {
                 matches!(
                     attribute_value(d, &m.attribute_indices, key).and_then(|v| v.value.as_ref()),

@@ -118,7 +118,7 @@ fn round_trip(p: &pp::Profile) -> pp::Profile {
     let batch = pprof_to_batch(p, ToOtlpOptions::default()).expect("translates");
     // Through the wire too, so that nothing lives only in memory.
     let batch = ProfileBatch::decode(&batch.encode_to_vec()).expect("valid OTLP");
-    let mut out = batch_to_pprof(&batch, &ToPprofOptions::default());
+    let mut out = batch_to_pprof(&batch, &ToPprofOptions::default()).expect("translates");
     assert_eq!(out.len(), 1, "one pprof in, one pprof out");
     out.remove(0).profile
 }
@@ -572,7 +572,7 @@ fn otlp_with_several_resources_splits_and_labels() {
     .expect("b");
     let merged = crate::pdata::merge([&a, &b]);
     assert_eq!(merged.resource_profiles().len(), 2);
-    let out = batch_to_pprof(&merged, &ToPprofOptions::default());
+    let out = batch_to_pprof(&merged, &ToPprofOptions::default()).expect("translates");
     assert_eq!(out.len(), 2);
     for (o, svc) in out.iter().zip(["a", "b"]) {
         let p = &o.profile;
@@ -647,7 +647,7 @@ fn timestamp_samples_become_counts_and_unaligned_profiles_join_by_identity() {
             ..Default::default()
         }],
     );
-    let out = batch_to_pprof(&batch, &ToPprofOptions::default());
+    let out = batch_to_pprof(&batch, &ToPprofOptions::default()).expect("translates");
     assert_eq!(out.len(), 1);
     let p = &out[0].profile;
     // The first profile is the default, so it goes last.
@@ -828,5 +828,217 @@ proptest! {
         prop_assert_eq!(&ProfileBatch::decode(&batch.encode_to_vec()).expect("protobuf"), &batch);
         let json = crate::pdata::otlp_json::read_profiles_json(&batch.to_json()).expect("json");
         prop_assert_eq!(&ProfileBatch::new(json).expect("valid"), &batch);
+    }
+}
+
+/// Hostile shapes: each is refused or translated in time and memory in proportion to its
+/// bytes, never by what a count in it claims.
+mod hostile {
+    use super::*;
+    use crate::pdata::limits::{MAX_LABELS_PER_SAMPLE, MAX_STACK_DEPTH};
+
+    fn strings(extra: &[&str]) -> Vec<String> {
+        std::iter::once("")
+            .chain(extra.iter().copied())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn translate(p: &pp::Profile) -> Result<ProfileBatch, PprofError> {
+        pprof_to_batch(p, ToOtlpOptions::default())
+    }
+
+    /// The attack from the field: millions of sample types and millions of empty samples
+    /// used to size one column per type by the sample count before any was checked.
+    #[test]
+    fn many_sample_types_with_empty_samples_are_refused_before_allocation() {
+        let p = pp::Profile {
+            sample_type: vec![pp::ValueType::default(); 400_000],
+            sample: vec![pp::Sample::default(); 400_000],
+            string_table: strings(&[]),
+            ..Default::default()
+        };
+        let err = translate(&p).expect_err("value counts do not match");
+        assert_eq!(
+            err,
+            PprofError::ValueCount {
+                sample: 0,
+                got: 0,
+                want: 400_000
+            }
+        );
+    }
+
+    #[test]
+    fn stacks_and_label_sets_over_the_caps_are_named() {
+        let mut p = pp::Profile {
+            sample_type: vec![pp::ValueType::default()],
+            sample: vec![pp::Sample {
+                value: vec![1],
+                location_id: vec![1; MAX_STACK_DEPTH + 1],
+                ..Default::default()
+            }],
+            location: vec![pp::Location {
+                id: 1,
+                ..Default::default()
+            }],
+            string_table: strings(&["k"]),
+            ..Default::default()
+        };
+        assert_eq!(
+            translate(&p).expect_err("too deep").to_string(),
+            format!(
+                "sample[0] has {} locations; at most {MAX_STACK_DEPTH} are accepted",
+                MAX_STACK_DEPTH + 1
+            )
+        );
+        p.sample[0].location_id = vec![1];
+        p.sample[0].label = vec![
+            pp::Label {
+                key: 1,
+                num: 1,
+                ..Default::default()
+            };
+            MAX_LABELS_PER_SAMPLE + 1
+        ];
+        assert!(matches!(
+            translate(&p),
+            Err(PprofError::TooMany { what: "labels", .. })
+        ));
+    }
+
+    /// One long string named by the labels of many distinct label sets is translated once,
+    /// not copied (and hashed) once per set.
+    #[test]
+    fn a_long_label_string_shared_by_many_label_sets_is_translated_once() {
+        let long = "v".repeat(4 << 20);
+        let samples = 5_000;
+        let p = pp::Profile {
+            sample_type: vec![pp::ValueType::default()],
+            sample: (0..samples)
+                .map(|n| pp::Sample {
+                    value: vec![1],
+                    label: vec![
+                        pp::Label {
+                            key: 1,
+                            str: 2,
+                            ..Default::default()
+                        },
+                        pp::Label {
+                            key: 3,
+                            num: n,
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                })
+                .collect(),
+            string_table: strings(&["k", &long, "n"]),
+            ..Default::default()
+        };
+        let started = std::time::Instant::now();
+        let batch = translate(&p).expect("translates");
+        // 5000 copies of 4 MiB would be 20 GiB of memcpy and hashing; once is instant.
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        let long_values = batch
+            .dictionary()
+            .attribute_table
+            .iter()
+            .filter(|kv| {
+                matches!(kv.value.as_ref().and_then(|v| v.value.as_ref()),
+                    Some(Value::StringValue(s)) if s.len() == long.len())
+            })
+            .count();
+        assert_eq!(long_values, 1);
+        assert_eq!(batch.sample_count(), samples as usize);
+    }
+
+    /// A key repeated in one set becomes an array and so a copy; a long string repeated so
+    /// hits the copy budget instead of memory.
+    #[test]
+    fn repeated_keys_copying_a_long_string_hit_the_copy_budget() {
+        let long = "v".repeat(1 << 20);
+        let p = pp::Profile {
+            sample_type: vec![pp::ValueType::default()],
+            sample: vec![pp::Sample {
+                value: vec![1],
+                label: vec![
+                    pp::Label {
+                        key: 1,
+                        str: 2,
+                        ..Default::default()
+                    };
+                    MAX_LABELS_PER_SAMPLE
+                ],
+                ..Default::default()
+            }],
+            string_table: strings(&["k", &long]),
+            ..Default::default()
+        };
+        assert!(matches!(
+            translate(&p),
+            Err(PprofError::CopiesTooLarge { .. })
+        ));
+    }
+
+    /// Samples that share one deep stack are cheap in OTLP and huge in pprof, which
+    /// repeats the stack per sample: refused before anything is built.
+    #[test]
+    fn a_pprof_that_would_dwarf_its_batch_is_refused() {
+        let mut b = DictionaryBuilder::new();
+        let location = b.location(Location {
+            address: 1,
+            ..Default::default()
+        });
+        let stack = b.stack(&vec![location; MAX_STACK_DEPTH]);
+        let samples = 5_000;
+        let profile = Profile {
+            samples: (0..samples)
+                .map(|_| Sample {
+                    stack_index: stack,
+                    values: vec![1],
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let batch = ProfileBatch::from_valid(
+            b.finish(),
+            vec![ResourceProfiles {
+                scope_profiles: vec![ScopeProfiles {
+                    profiles: vec![profile],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        );
+        let err = batch_to_pprof(&batch, &ToPprofOptions::default()).expect_err("too large");
+        assert!(
+            matches!(err, PprofError::OutputTooLarge { estimate, limit } if estimate > limit && limit == 256 << 20),
+            "{err}"
+        );
+    }
+
+    /// Many profiles of one shape and sample type make one pprof each, found without
+    /// scanning the groups made so far.
+    #[test]
+    fn many_profiles_of_one_type_group_in_linear_time() {
+        let mut b = DictionaryBuilder::new();
+        let stack = b.stack(&[]);
+        let profiles: Vec<Profile> = (0..20_000)
+            .map(|_| Profile {
+                samples: vec![Sample {
+                    stack_index: stack,
+                    values: vec![1],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect();
+        let d = b.finish();
+        let started = std::time::Instant::now();
+        let groups = group_profiles(&d, &profiles);
+        assert_eq!(groups.len(), 20_000);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 }

@@ -4,9 +4,10 @@
 
 use super::attributes::ReferenceResolver;
 use super::builder::zero_link;
+use super::limits::{MAX_ATTRIBUTES_PER_LIST, MAX_LABELS_PER_SAMPLE, MAX_STACK_DEPTH};
 use super::types::{
     Function, KeyValueAndUnit, Location, Mapping, ProfilesData, ProfilesDictionary,
-    ResourceProfiles, Stack,
+    ResourceProfiles, Stack, Value,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -56,40 +57,81 @@ fn check_indices(
     Ok(())
 }
 
-/// An attribute list may name each key once (the spec's MUST). Lists are short, so a
-/// quadratic scan beats hashing.
+/// Lists up to this long are checked for repeated keys by a scan, longer ones by hashing.
+const SHORT_LIST: usize = 16;
+
+/// An attribute list may name each key once (the spec's MUST). Short lists, the usual
+/// case, are scanned; long ones hashed, so a sender cannot make this quadratic.
 fn check_unique_keys(
     indices: &[i32],
     attributes: &[KeyValueAndUnit],
     field: impl Fn() -> String,
 ) -> Result<(), ValidationError> {
     let key = |i: i32| attributes.get(i as usize).map_or(0, |kv| kv.key_strindex);
-    for (n, &a) in indices.iter().enumerate() {
-        if a == 0 {
-            continue;
-        }
-        for &b in &indices[n + 1..] {
-            if b != 0 && key(a) == key(b) {
-                return Err(ValidationError::Invalid {
-                    field: field(),
-                    problem: format!(
-                        "attributes {a} and {b} have the same key; a list may name a key once"
-                    ),
-                });
+    let repeated = |a: i32, b: i32| ValidationError::Invalid {
+        field: field(),
+        problem: format!("attributes {a} and {b} have the same key; a list may name a key once"),
+    };
+    if indices.len() <= SHORT_LIST {
+        for (n, &a) in indices.iter().enumerate() {
+            if a == 0 {
+                continue;
+            }
+            if let Some(&b) = indices[n + 1..]
+                .iter()
+                .find(|&&b| b != 0 && key(a) == key(b))
+            {
+                return Err(repeated(a, b));
             }
         }
+        return Ok(());
+    }
+    let mut first_with_key = std::collections::HashMap::with_capacity(indices.len());
+    for &b in indices.iter().filter(|&&i| i != 0) {
+        if let Some(&a) = first_with_key.get(&key(b)) {
+            return Err(repeated(a, b));
+        }
+        first_with_key.insert(key(b), b);
     }
     Ok(())
 }
 
-/// An attribute list: every index in range, and each key named once.
+/// An attribute list: at most `max` long, every index in range, and each key named once.
 fn check_attribute_list(
     indices: &[i32],
     attributes: &[KeyValueAndUnit],
+    max: usize,
     field: impl Fn() -> String,
 ) -> Result<(), ValidationError> {
+    if indices.len() > max {
+        return Err(ValidationError::Invalid {
+            field: field(),
+            problem: format!(
+                "has {} attributes; at most {max} are accepted",
+                indices.len()
+            ),
+        });
+    }
     check_indices(indices, attributes.len(), "attribute_table", &field)?;
     check_unique_keys(indices, attributes, field)
+}
+
+/// How many pprof labels a sample's attributes make: one per value, so an array counts
+/// each of its values. Indices are already checked.
+fn label_count(indices: &[i32], attributes: &[KeyValueAndUnit]) -> usize {
+    indices
+        .iter()
+        .map(|&i| {
+            match attributes
+                .get(i as usize)
+                .and_then(|kv| kv.value.as_ref())
+                .and_then(|v| v.value.as_ref())
+            {
+                Some(Value::ArrayValue(a)) => a.values.len().max(1),
+                _ => 1,
+            }
+        })
+        .fold(0usize, usize::saturating_add)
 }
 
 /// A table that is absent gets its zero value; one that is present must start with it.
@@ -119,9 +161,7 @@ pub(crate) fn validate_and_normalize(data: &mut ProfilesData) -> Result<(), Vali
         .get_or_insert_with(ProfilesDictionary::default);
     normalize_dictionary(dict)?;
     validate_dictionary(dict)?;
-    let resolver = ReferenceResolver {
-        strings: &dict.string_table,
-    };
+    let mut resolver = ReferenceResolver::new(&dict.string_table);
     resolver.attribute_table(&mut dict.attribute_table)?;
     for (r, rp) in data.resource_profiles.iter_mut().enumerate() {
         if let Some(resource) = rp.resource.as_mut() {
@@ -202,9 +242,12 @@ fn validate_dictionary(d: &ProfilesDictionary) -> Result<(), ValidationError> {
         check_index(m.filename_strindex, strings, "string_table", || {
             format!("dictionary.mapping_table[{i}].filename_strindex")
         })?;
-        check_attribute_list(&m.attribute_indices, &d.attribute_table, || {
-            format!("dictionary.mapping_table[{i}].attribute_indices")
-        })?;
+        check_attribute_list(
+            &m.attribute_indices,
+            &d.attribute_table,
+            MAX_ATTRIBUTES_PER_LIST,
+            || format!("dictionary.mapping_table[{i}].attribute_indices"),
+        )?;
         if m.memory_limit != 0 && m.memory_start > m.memory_limit {
             return Err(ValidationError::Invalid {
                 field: format!("dictionary.mapping_table[{i}]"),
@@ -237,9 +280,12 @@ fn validate_dictionary(d: &ProfilesDictionary) -> Result<(), ValidationError> {
                 format!("dictionary.location_table[{i}].lines[{n}].function_index")
             })?;
         }
-        check_attribute_list(&l.attribute_indices, &d.attribute_table, || {
-            format!("dictionary.location_table[{i}].attribute_indices")
-        })?;
+        check_attribute_list(
+            &l.attribute_indices,
+            &d.attribute_table,
+            MAX_ATTRIBUTES_PER_LIST,
+            || format!("dictionary.location_table[{i}].attribute_indices"),
+        )?;
     }
     for (i, l) in d.link_table.iter().enumerate().skip(1) {
         if l.trace_id.len() != 16 || l.span_id.len() != 8 {
@@ -263,6 +309,15 @@ fn validate_dictionary(d: &ProfilesDictionary) -> Result<(), ValidationError> {
     }
     let locations = d.location_table.len();
     for (i, s) in d.stack_table.iter().enumerate() {
+        if s.location_indices.len() > MAX_STACK_DEPTH {
+            return Err(ValidationError::Invalid {
+                field: format!("dictionary.stack_table[{i}].location_indices"),
+                problem: format!(
+                    "has {} locations; at most {MAX_STACK_DEPTH} are accepted",
+                    s.location_indices.len()
+                ),
+            });
+        }
         check_indices(&s.location_indices, locations, "location_table", || {
             format!("dictionary.stack_table[{i}].location_indices")
         })?;
@@ -294,9 +349,12 @@ fn validate_profiles(data: &ProfilesData) -> Result<(), ValidationError> {
                         })?;
                     }
                 }
-                check_attribute_list(&profile.attribute_indices, &d.attribute_table, || {
-                    format!("{}.attribute_indices", at())
-                })?;
+                check_attribute_list(
+                    &profile.attribute_indices,
+                    &d.attribute_table,
+                    MAX_ATTRIBUTES_PER_LIST,
+                    || format!("{}.attribute_indices", at()),
+                )?;
                 if !profile.profile_id.is_empty()
                     && (profile.profile_id.len() != 16
                         || profile.profile_id.iter().all(|&b| b == 0))
@@ -314,9 +372,21 @@ fn validate_profiles(data: &ProfilesData) -> Result<(), ValidationError> {
                     check_index(sample.link_index, links, "link_table", || {
                         format!("{}.link_index", here())
                     })?;
-                    check_attribute_list(&sample.attribute_indices, &d.attribute_table, || {
-                        format!("{}.attribute_indices", here())
-                    })?;
+                    check_attribute_list(
+                        &sample.attribute_indices,
+                        &d.attribute_table,
+                        MAX_LABELS_PER_SAMPLE,
+                        || format!("{}.attribute_indices", here()),
+                    )?;
+                    let labels = label_count(&sample.attribute_indices, &d.attribute_table);
+                    if labels > MAX_LABELS_PER_SAMPLE {
+                        return Err(ValidationError::Invalid {
+                            field: format!("{}.attribute_indices", here()),
+                            problem: format!(
+                                "makes {labels} labels (each array value is one); at most {MAX_LABELS_PER_SAMPLE} are accepted"
+                            ),
+                        });
+                    }
                     let (values, times) = (sample.values.len(), sample.timestamps_unix_nano.len());
                     if values == 0 && times == 0 {
                         return Err(ValidationError::Invalid {

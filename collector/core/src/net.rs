@@ -100,7 +100,9 @@ const RESERVED_HEADERS: &[&str] = &[
 
 /// An exporter's configured `headers` as a header map, refusing the ones the client sets
 /// itself (and names starting with `reserved_prefixes`); errors at `headers::<name>`.
-/// `authorization` is marked sensitive so it is never logged.
+/// Every configured value is marked sensitive, so that no debug output or log shows it:
+/// credentials travel under any name (`authorization`, `x-api-key`, `x-scope-orgid`,
+/// `x-auth-token`...), and which of them is secret is the user's knowledge, not ours.
 pub fn header_map(
     headers: &BTreeMap<String, String>,
     reserved_prefixes: &[&str],
@@ -126,9 +128,7 @@ pub fn header_map(
         }
         match HeaderValue::from_str(value) {
             Ok(mut v) => {
-                if parsed == http::header::AUTHORIZATION {
-                    v.set_sensitive(true);
-                }
+                v.set_sensitive(true);
                 map.insert(parsed, v);
             }
             Err(_) => errors.push(ConfigError::new(
@@ -183,6 +183,13 @@ mod tests {
             header_map(&h(&[("authorization", "Bearer x"), ("x-team", "a")]), &[]).expect("valid");
         assert!(map["authorization"].is_sensitive());
         assert_eq!(map["x-team"], "a");
+        // Every configured header, whatever its name, stays out of debug output.
+        assert!(map.values().all(HeaderValue::is_sensitive));
+        let shown = format!("{map:?}");
+        assert!(
+            !shown.contains("Bearer x") && !shown.contains("\"a\""),
+            "{shown}"
+        );
         let errors = header_map(
             &h(&[
                 ("content-type", "x"),

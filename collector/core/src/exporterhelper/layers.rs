@@ -86,10 +86,25 @@ where
     }
 }
 
-/// Exponential backoff: `initial_interval`, times `multiplier` each try, capped at
-/// `max_interval`, jittered by `randomization_factor`; gives up once the next wait would
+/// The longest a server's retry-after is waited for when `max_elapsed_time` is 0 (retry
+/// forever); with a budget, a retry-after beyond it ends the retries instead.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// `d * f`, saturating at `Duration::MAX` instead of panicking as `Duration::mul_f64`
+/// does; a NaN or negative product is zero.
+pub(crate) fn mul_saturating(d: Duration, f: f64) -> Duration {
+    let secs = d.as_secs_f64() * f;
+    if secs.is_nan() || secs <= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+}
+
+/// Exponential backoff: `initial_interval`, times `multiplier` each try, jittered by
+/// `randomization_factor`, capped at `max_interval`; gives up once the next wait would
 /// pass `max_elapsed_time`. A server's retry-after wins when longer. Cloned per request, so
-/// each batch has its own clock.
+/// each batch has its own clock. All arithmetic saturates: no setting and no retry-after
+/// can make it panic.
 #[derive(Clone)]
 pub struct Backoff {
     settings: RetrySettings,
@@ -101,7 +116,7 @@ pub struct Backoff {
 
 impl Backoff {
     pub fn new(settings: RetrySettings) -> Self {
-        let next = settings.initial_interval;
+        let next = settings.initial_interval.min(settings.max_interval);
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| u64::from(d.subsec_nanos()) | 1);
@@ -120,7 +135,10 @@ impl Backoff {
         self.seed ^= self.seed << 17;
         let unit = (self.seed % 10_000) as f64 / 10_000.0; // [0, 1)
         let f = self.settings.randomization_factor;
-        base.mul_f64((1.0 - f + 2.0 * f * unit).max(0.0))
+        if !(0.0..=1.0).contains(&f) {
+            return base;
+        }
+        mul_saturating(base, 1.0 - f + 2.0 * f * unit)
     }
 
     /// The wait before the next attempt, or None to give up.
@@ -129,14 +147,20 @@ impl Backoff {
             return None;
         }
         let started = *self.started.get_or_insert_with(Instant::now);
+        let max_interval = self.settings.max_interval;
         let base = self.next;
-        self.next = self
-            .next
-            .mul_f64(self.settings.multiplier)
-            .min(self.settings.max_interval);
-        let wait = self.jitter(base).max(retry_after.unwrap_or_default());
+        let grown = mul_saturating(self.next, self.settings.multiplier);
+        // A multiplier that does not grow the interval (NaN, below 1) keeps it.
+        self.next = grown.max(self.next).min(max_interval);
+        let backoff = self.jitter(base).min(max_interval);
         let limit = self.settings.max_elapsed_time;
-        if !limit.is_zero() && started.elapsed() + wait > limit {
+        let retry_after = match retry_after {
+            Some(d) if limit.is_zero() => d.min(MAX_RETRY_AFTER),
+            Some(d) => d,
+            None => Duration::ZERO,
+        };
+        let wait = backoff.max(retry_after);
+        if !limit.is_zero() && started.elapsed().saturating_add(wait) > limit {
             return None;
         }
         Some(wait)

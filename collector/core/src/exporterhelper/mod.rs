@@ -2,24 +2,28 @@
 //! sending queue (in memory or on disk), timeout and retry (tower layers around one
 //! export attempt), and counts what it sends, fails and cannot queue.
 
+pub mod disk;
 mod layers;
 mod periodic;
 mod queue;
 mod settings;
+mod unwind;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tower::{Service, ServiceBuilder, ServiceExt};
 
-pub use layers::{Backoff, ExportService, TimeoutLayer};
+pub use layers::{Backoff, ExportService, MAX_RETRY_AFTER, TimeoutLayer};
 pub use periodic::PeriodicTask;
 pub use settings::{ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks};
+pub use unwind::{CatchUnwind, panic_counter, panic_message};
 
 use crate::component::{ComponentId, ExportError, Exporter};
 use crate::pdata::ProfileBatch;
-use crate::telemetry::ExporterCounters;
+use crate::telemetry::{Counter, ExporterCounters};
 use queue::{DiskStore, Entry, PushError, SendingQueue};
 
 type Sender = tower::retry::Retry<Backoff, layers::Timeout<ExportService>>;
@@ -40,8 +44,12 @@ struct Inner {
     exporter: Arc<dyn Exporter>,
     sender: Sender,
     counters: ExporterCounters,
+    /// Panics caught in the exporter or the queue consumer.
+    panics: Counter,
     queue: Option<Arc<SendingQueue>>,
     disk: Option<Arc<DiskStore>>,
+    /// The last write to the persistent queue failed; batches are held in memory.
+    disk_failing: AtomicBool,
     block_on_overflow: bool,
 }
 
@@ -55,12 +63,14 @@ pub struct ExporterHandle {
 
 impl ExporterHandle {
     /// Wraps `exporter` and starts the queue's consumers. `storage` is the directory of the
-    /// storage extension the queue names, if any.
+    /// storage extension the queue names, if any; `panics` counts panics caught in the
+    /// exporter (see [`panic_counter`]).
     pub fn start(
         id: ComponentId,
         exporter: Arc<dyn Exporter>,
         settings: &ExporterHelperSettings,
         counters: ExporterCounters,
+        panics: Counter,
         storage: Option<PathBuf>,
     ) -> Result<Self, String> {
         let sender = ServiceBuilder::new()
@@ -104,8 +114,10 @@ impl ExporterHandle {
             exporter,
             sender,
             counters,
+            panics,
             queue,
             disk,
+            disk_failing: AtomicBool::new(false),
             block_on_overflow: q.block_on_overflow,
         });
         let consumers = if inner.queue.is_some() {
@@ -152,12 +164,25 @@ impl ExporterHandle {
             Some(disk) => {
                 let (disk, b) = (disk.clone(), batch.clone());
                 match tokio::task::spawn_blocking(move || disk.write(&b)).await {
-                    Ok(Ok(seq)) => Some(seq),
+                    Ok(Ok(seq)) => {
+                        if inner.disk_failing.swap(false, Ordering::Relaxed) {
+                            tracing::info!(exporter = %inner.id, "the persistent queue is writable again");
+                        }
+                        Some(seq)
+                    }
                     Ok(Err(e)) => {
-                        queue.unreserve();
-                        inner.counters.enqueue_failed.add(samples);
-                        tracing::error!(exporter = %inner.id, error = %e, "could not write to the persistent queue");
-                        return Err(ConsumeError::QueueFull);
+                        // Nothing is lost to a disk fault: the batch waits in memory (its
+                        // place is reserved) and is sent from there; only a crash before
+                        // then would lose it. The next batch tries the disk again.
+                        if !inner.disk_failing.swap(true, Ordering::Relaxed) {
+                            let why = if disk::is_retryable_io(&e) {
+                                "the disk is full; holding batches in memory until it has room"
+                            } else {
+                                "holding batches in memory until it can be written"
+                            };
+                            tracing::error!(exporter = %inner.id, error = %e, "could not write to the persistent queue: {why}");
+                        }
+                        None
                     }
                     Err(_) => {
                         queue.unreserve();
@@ -219,12 +244,26 @@ fn sanitize(id: &str) -> String {
 }
 
 /// One attempt after another until success, a permanent error, or the retry budget ends.
+/// An exporter that panics fails the batch permanently (it would panic again) and is
+/// counted; the caller's task carries on.
 async fn send(inner: &Inner, batch: ProfileBatch) -> Result<(), ExportError> {
     let samples = batch.sample_count() as u64;
     let mut sender = inner.sender.clone();
-    let result = match sender.ready().await {
-        Ok(s) => s.call(batch).await,
-        Err(e) => Err(e),
+    let attempts = async move {
+        match sender.ready().await {
+            Ok(s) => s.call(batch).await,
+            Err(e) => Err(e),
+        }
+    };
+    let result = match CatchUnwind::new(attempts).await {
+        Ok(r) => r,
+        Err(message) => {
+            inner.panics.add(1);
+            tracing::error!(exporter = %inner.id, panic = %message, "the exporter panicked on a batch; it carries on with the next");
+            Err(ExportError::permanent(format!(
+                "the exporter panicked: {message}"
+            )))
+        }
     };
     match &result {
         Ok(()) => inner.counters.sent.add(samples),
@@ -241,30 +280,46 @@ async fn send(inner: &Inner, batch: ProfileBatch) -> Result<(), ExportError> {
     result
 }
 
+/// A queue consumer: takes entries until the queue is closed and drained. A panic while
+/// handling one entry is caught and counted, the entry is dropped (it would panic again)
+/// and the consumer starts over on the next, so the queue stays intact and served.
 async fn consume_loop(inner: Arc<Inner>) {
     let Some(queue) = inner.queue.clone() else {
         return;
     };
     while let Some(entry) = queue.pop().await {
         inner.counters.queue_size.add(-1);
-        let batch = match (entry.batch, entry.seq, &inner.disk) {
-            (Some(b), _, _) => b,
-            (None, Some(seq), Some(disk)) => match disk.read(seq) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::error!(exporter = %inner.id, error = %e, "dropping a damaged batch from the persistent queue");
-                    disk.remove(seq);
-                    continue;
-                }
-            },
-            _ => continue,
-        };
-        // Sent or given up on: either way it leaves the disk. A crash before this point
-        // sends it again after restart (at least once).
-        let _ = send(&inner, batch).await;
-        if let (Some(seq), Some(disk)) = (entry.seq, &inner.disk) {
-            disk.remove(seq);
+        let seq = entry.seq;
+        let samples = entry.batch.as_ref().map_or(0, |b| b.sample_count() as u64);
+        if let Err(message) = CatchUnwind::new(consume_entry(&inner, entry)).await {
+            inner.panics.add(1);
+            inner.counters.send_failed.add(samples);
+            tracing::error!(exporter = %inner.id, panic = %message, "a queue consumer panicked; dropping its batch and restarting it");
+            if let (Some(seq), Some(disk)) = (seq, &inner.disk) {
+                disk.remove(seq);
+            }
         }
+    }
+}
+
+async fn consume_entry(inner: &Inner, entry: Entry) {
+    let batch = match (entry.batch, entry.seq, &inner.disk) {
+        (Some(b), _, _) => b,
+        (None, Some(seq), Some(disk)) => match disk.read(seq) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(exporter = %inner.id, error = %e, "dropping a damaged batch from the persistent queue");
+                disk.remove(seq);
+                return;
+            }
+        },
+        _ => return,
+    };
+    // Sent or given up on: either way it leaves the disk. A crash before this point
+    // sends it again after restart (at least once).
+    let _ = send(inner, batch).await;
+    if let (Some(seq), Some(disk)) = (entry.seq, &inner.disk) {
+        disk.remove(seq);
     }
 }
 

@@ -107,6 +107,8 @@ impl SendingQueue {
 
 /// Queued batches as files `<seq>.pb` (OTLP protobuf) in a directory, written to a
 /// temporary name, synced and renamed, so a crash leaves either the whole file or none.
+/// A failed write removes its temporary file; opening sweeps those a crash left. The
+/// folder is made 0700 and the files 0600.
 pub(crate) struct DiskStore {
     dir: PathBuf,
     next: AtomicU64,
@@ -115,7 +117,8 @@ pub(crate) struct DiskStore {
 impl DiskStore {
     /// Opens the directory and lists what an earlier run left, oldest first.
     pub fn open(dir: &Path) -> std::io::Result<(DiskStore, Vec<u64>)> {
-        std::fs::create_dir_all(dir)?;
+        super::disk::create_private_dir_all(dir)?;
+        super::disk::sweep_temp_files(dir, |n| n.ends_with(".tmp"))?;
         let mut seqs: Vec<u64> = std::fs::read_dir(dir)?
             .filter_map(Result::ok)
             .filter_map(|e| {
@@ -138,16 +141,30 @@ impl DiskStore {
         self.dir.join(format!("{seq:020}.pb"))
     }
 
+    /// Writes `batch` whole, or leaves nothing (its temporary file is removed on error).
     pub fn write(&self, batch: &ProfileBatch) -> std::io::Result<u64> {
         use std::io::Write;
         let seq = self.next.fetch_add(1, Ordering::Relaxed);
         let tmp = self.dir.join(format!("{seq:020}.tmp"));
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&batch.encode_to_vec())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, self.path(seq))?;
-        // The rename must reach the disk too.
-        std::fs::File::open(&self.dir)?.sync_all()?;
+        let written = super::disk::private_open_options()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .and_then(|mut f| {
+                f.write_all(&batch.encode_to_vec())?;
+                f.sync_all()
+            })
+            .and_then(|()| std::fs::rename(&tmp, self.path(seq)));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        // The rename must reach the disk too. The file is whole under its name now, so a
+        // failure here is reported but the batch stays queued on disk.
+        if let Err(e) = std::fs::File::open(&self.dir).and_then(|d| d.sync_all()) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "could not sync the persistent queue's folder");
+        }
         Ok(seq)
     }
 

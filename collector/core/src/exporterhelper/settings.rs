@@ -38,14 +38,21 @@ impl Default for RetrySettings {
 impl Validate for RetrySettings {
     fn validate(&self) -> Vec<ConfigError> {
         let mut errors = Vec::new();
+        // NaN fails every comparison, so each check is written to reject it.
         if !(0.0..=1.0).contains(&self.randomization_factor) {
             errors.push(ConfigError::new(
                 "randomization_factor",
-                "must be between 0 and 1",
+                format!("must be between 0 and 1, not {}", self.randomization_factor),
             ));
         }
-        if self.multiplier < 1.0 {
-            errors.push(ConfigError::new("multiplier", "must be at least 1"));
+        if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
+            errors.push(ConfigError::new(
+                "multiplier",
+                format!(
+                    "must be a finite number of at least 1, not {}",
+                    self.multiplier
+                ),
+            ));
         }
         if self.enabled && self.initial_interval.is_zero() {
             errors.push(ConfigError::new("initial_interval", "must be above 0"));

@@ -88,6 +88,10 @@ fn counters(t: &Telemetry) -> ExporterCounters {
     ExporterCounters::new(t, "scripted")
 }
 
+fn panics(t: &Telemetry) -> crate::telemetry::Counter {
+    panic_counter(t, "exporter/scripted")
+}
+
 fn value(t: &Telemetry, name: &str) -> i64 {
     t.value(name, &[("exporter", "scripted")]).unwrap_or(0)
 }
@@ -107,6 +111,7 @@ async fn retryable_errors_are_retried_until_success() {
         exp.clone(),
         &settings(false),
         counters(&t),
+        panics(&t),
         None,
     )
     .expect("start");
@@ -128,6 +133,7 @@ async fn permanent_errors_are_not_retried_and_are_counted() {
         exp.clone(),
         &settings(false),
         counters(&t),
+        panics(&t),
         None,
     )
     .expect("start");
@@ -150,6 +156,7 @@ async fn slow_attempts_time_out_and_the_retry_budget_ends() {
         exp.clone(),
         &settings(false),
         counters(&t),
+        panics(&t),
         None,
     )
     .expect("start");
@@ -181,6 +188,7 @@ async fn retry_after_is_honoured() {
         exp.clone(),
         &settings(false),
         counters(&t),
+        panics(&t),
         None,
     )
     .expect("start");
@@ -201,6 +209,7 @@ async fn a_full_queue_drops_and_counts_unless_told_to_block() {
         exp.clone(),
         &s,
         counters(&t),
+        panics(&t),
         None,
     )
     .expect("start");
@@ -232,16 +241,30 @@ async fn persistent_queue_keeps_unsent_batches_for_the_next_start() {
     s.queue.num_consumers = 1;
     // First run: the destination hangs; shut down before anything is sent.
     let stuck = Scripted::new(Vec::new(), Duration::from_secs(3600));
-    let h = ExporterHandle::start(id.clone(), stuck, &s, counters(&t), Some(dir.clone()))
-        .expect("start");
+    let h = ExporterHandle::start(
+        id.clone(),
+        stuck,
+        &s,
+        counters(&t),
+        panics(&t),
+        Some(dir.clone()),
+    )
+    .expect("start");
     for _ in 0..3 {
         h.consume(batch(2)).await.expect("queued");
     }
     h.shutdown(Duration::from_millis(50)).await;
     // Second run: all three come back and are delivered.
     let ok = Scripted::new(Vec::new(), Duration::ZERO);
-    let h = ExporterHandle::start(id, ok.clone(), &s, counters(&t), Some(dir.clone()))
-        .expect("restart");
+    let h = ExporterHandle::start(
+        id,
+        ok.clone(),
+        &s,
+        counters(&t),
+        panics(&t),
+        Some(dir.clone()),
+    )
+    .expect("restart");
     h.shutdown(Duration::from_secs(5)).await;
     assert_eq!(ok.delivered.load(Ordering::SeqCst), 6);
     let left = std::fs::read_dir(dir.join("exporter_scripted"))
@@ -249,4 +272,323 @@ async fn persistent_queue_keeps_unsent_batches_for_the_next_start() {
         .count();
     assert_eq!(left, 0, "sent batches leave the disk");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Panics on every batch of exactly `cursed` samples; records the rest.
+struct Cursed {
+    cursed: usize,
+    delivered: AtomicUsize,
+}
+
+#[async_trait]
+impl Exporter for Cursed {
+    async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError> {
+        tokio::task::yield_now().await;
+        if batch.sample_count() == self.cursed {
+            panic!("cursed batch");
+        }
+        self.delivered
+            .fetch_add(batch.sample_count(), Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_exporter_is_caught_counted_and_the_consumer_carries_on() {
+    let t = Telemetry::new();
+    let exp = Arc::new(Cursed {
+        cursed: 13,
+        delivered: AtomicUsize::new(0),
+    });
+    let mut s = settings(true);
+    s.queue.num_consumers = 1;
+    s.queue.queue_size = 16;
+    let h = ExporterHandle::start(
+        ComponentId::new("scripted", None),
+        exp.clone(),
+        &s,
+        counters(&t),
+        panics(&t),
+        None,
+    )
+    .expect("start");
+    for n in [1, 13, 2, 13, 3] {
+        h.consume(batch(n)).await.expect("queued");
+    }
+    h.shutdown(Duration::from_secs(5)).await;
+    // The one consumer survived both panics and sent what came after them.
+    assert_eq!(exp.delivered.load(Ordering::SeqCst), 6);
+    assert_eq!(
+        t.value(
+            "profcol_component_panics_total",
+            &[("component", "exporter/scripted")]
+        ),
+        Some(2)
+    );
+    assert_eq!(
+        value(&t, "otelcol_exporter_send_failed_profile_samples_total"),
+        26
+    );
+    assert_eq!(value(&t, "otelcol_exporter_sent_profile_samples_total"), 6);
+}
+
+#[tokio::test]
+async fn without_a_queue_a_panic_is_a_permanent_error_for_that_batch_only() {
+    let t = Telemetry::new();
+    let exp = Arc::new(Cursed {
+        cursed: 5,
+        delivered: AtomicUsize::new(0),
+    });
+    let h = ExporterHandle::start(
+        ComponentId::new("scripted", None),
+        exp.clone(),
+        &settings(false),
+        counters(&t),
+        panics(&t),
+        None,
+    )
+    .expect("start");
+    let err = h.consume(batch(5)).await.expect_err("panicked");
+    assert!(err.to_string().contains("panicked: cursed batch"), "{err}");
+    h.consume(batch(4)).await.expect("the next one goes");
+    assert_eq!(exp.delivered.load(Ordering::SeqCst), 4);
+    assert_eq!(panics(&t).get(), 1);
+}
+
+fn backoff(retry: RetrySettings) -> Backoff {
+    Backoff::new(retry)
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_arithmetic_saturates_at_max_interval() {
+    let huge = [
+        (f64::MAX, Duration::from_secs(30), 1.0),
+        (1e300, Duration::MAX, 0.5),
+        (1.5, Duration::MAX, 1.0),
+    ];
+    for (multiplier, max_interval, randomization_factor) in huge {
+        let mut b = backoff(RetrySettings {
+            initial_interval: Duration::from_secs(u64::MAX / 2),
+            multiplier,
+            max_interval,
+            randomization_factor,
+            max_elapsed_time: Duration::ZERO,
+            ..RetrySettings::default()
+        });
+        for _ in 0..200 {
+            let wait = b.next_wait(None).expect("retries forever");
+            assert!(wait <= max_interval, "{wait:?} > {max_interval:?}");
+        }
+    }
+    // Ordinary settings with a huge multiplier: from the second wait on, at the cap.
+    let mut b = backoff(RetrySettings {
+        initial_interval: Duration::from_secs(1),
+        multiplier: 1e18,
+        randomization_factor: 0.0,
+        max_interval: Duration::from_secs(30),
+        max_elapsed_time: Duration::MAX,
+        ..RetrySettings::default()
+    });
+    assert_eq!(b.next_wait(None), Some(Duration::from_secs(1)));
+    for _ in 0..10 {
+        assert_eq!(b.next_wait(None), Some(Duration::from_secs(30)));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn huge_retry_after_gives_up_within_a_budget_and_is_capped_without_one() {
+    let enormous = [
+        Duration::from_secs(u64::MAX),
+        Duration::MAX,
+        // What a far-future HTTP date (year 9999) comes to.
+        Duration::from_secs(253_402_300_799),
+    ];
+    for retry_after in enormous {
+        let mut budget = backoff(RetrySettings::default());
+        assert_eq!(budget.next_wait(Some(retry_after)), None, "{retry_after:?}");
+        let mut forever = backoff(RetrySettings {
+            max_elapsed_time: Duration::ZERO,
+            ..RetrySettings::default()
+        });
+        assert_eq!(forever.next_wait(Some(retry_after)), Some(MAX_RETRY_AFTER));
+    }
+    // Through the helper: a server asking for u64::MAX seconds ends the retries at once
+    // instead of holding the batch for ever.
+    let t = Telemetry::new();
+    let exp = Scripted::new(
+        vec![Err(ExportError::Retryable {
+            message: "come back never".into(),
+            retry_after: Some(Duration::from_secs(u64::MAX)),
+        })],
+        Duration::ZERO,
+    );
+    let h = ExporterHandle::start(
+        ComponentId::new("scripted", None),
+        exp.clone(),
+        &settings(false),
+        counters(&t),
+        panics(&t),
+        None,
+    )
+    .expect("start");
+    let started = tokio::time::Instant::now();
+    let err = h.consume(batch(1)).await.expect_err("gave up");
+    assert!(err.to_string().contains("come back never"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(exp.attempts.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn bad_backoff_numbers_are_config_errors_with_their_paths() {
+    use crate::config::{Validate, parse_typed, parse_yaml};
+    let cases = [
+        ("multiplier: .nan", "retry_on_failure::multiplier"),
+        ("multiplier: .inf", "retry_on_failure::multiplier"),
+        ("multiplier: -2", "retry_on_failure::multiplier"),
+        ("multiplier: 0.5", "retry_on_failure::multiplier"),
+        (
+            "randomization_factor: .nan",
+            "retry_on_failure::randomization_factor",
+        ),
+        (
+            "randomization_factor: 1.5",
+            "retry_on_failure::randomization_factor",
+        ),
+        (
+            "randomization_factor: -0.1",
+            "retry_on_failure::randomization_factor",
+        ),
+        (
+            "randomization_factor: -.inf",
+            "retry_on_failure::randomization_factor",
+        ),
+    ];
+    for (yaml, path) in cases {
+        let retry: RetrySettings =
+            parse_typed(&parse_yaml("t.yaml", yaml).expect("yaml")).expect(yaml);
+        let errors = validate_helper_blocks(&retry, &QueueSettings::default());
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, [path], "{yaml}: {errors:?}");
+    }
+    let both: RetrySettings = parse_typed(
+        &parse_yaml("t.yaml", "{multiplier: .nan, randomization_factor: .nan}").expect("yaml"),
+    )
+    .expect("parses");
+    assert_eq!(both.validate().len(), 2, "every error is reported");
+    assert!(RetrySettings::default().validate().is_empty());
+}
+
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A real full disk: a 64 KiB tmpfs, filled. Batches accepted while it is full wait in
+/// memory and are all delivered; no temporary file is left taking space; once there is
+/// room again, batches are on disk before they are sent.
+#[tokio::test]
+async fn a_full_disk_loses_no_batch_and_leaves_no_temp_file() {
+    let Some(disk) = disk::testing::TinyDisk::mount("pq", 64) else {
+        return;
+    };
+    let t = Telemetry::new();
+    let mut s = settings(true);
+    s.queue.num_consumers = 1;
+    s.queue.queue_size = 16;
+    // Slow enough that queued batches are still queued when the test looks.
+    let exp = Scripted::new(Vec::new(), Duration::from_millis(300));
+    let h = ExporterHandle::start(
+        ComponentId::new("scripted", None),
+        exp.clone(),
+        &s,
+        counters(&t),
+        panics(&t),
+        Some(disk.dir.clone()),
+    )
+    .expect("start");
+    let queue_dir = disk.dir.join("exporter_scripted");
+    disk.fill(&disk.dir.join("filler"));
+    // Each batch is several KiB encoded, more than the few bytes a full tmpfs may have.
+    for _ in 0..4 {
+        h.consume(batch(2000))
+            .await
+            .expect("accepted while the disk is full");
+    }
+    assert_eq!(
+        names_in(&queue_dir),
+        Vec::<String>::new(),
+        "nothing half-written stays"
+    );
+    std::fs::remove_file(disk.dir.join("filler")).expect("free the disk");
+    h.consume(batch(7)).await.expect("accepted");
+    let on_disk = names_in(&queue_dir);
+    assert_eq!(on_disk.len(), 1, "{on_disk:?}");
+    assert!(on_disk[0].ends_with(".pb"), "{on_disk:?}");
+    h.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(exp.delivered.load(Ordering::SeqCst), 4 * 2000 + 7);
+    assert_eq!(names_in(&queue_dir), Vec::<String>::new());
+    assert_eq!(
+        value(&t, "otelcol_exporter_enqueue_failed_profile_samples_total"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn the_persistent_queue_sweeps_temp_files_and_is_private() {
+    let root = std::env::temp_dir().join(format!("profcol-pq-sweep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let queue_dir = root.join("exporter_scripted");
+    std::fs::create_dir_all(&queue_dir).expect("dir");
+    // What a crash mid-write leaves: a temp file beside a whole one.
+    std::fs::write(queue_dir.join("00000000000000000003.tmp"), b"half a batch").expect("tmp");
+    let whole = queue::DiskStore::open(&root.join("scratch"))
+        .expect("open")
+        .0
+        .write(&batch(3))
+        .expect("write");
+    std::fs::rename(
+        root.join("scratch").join(format!("{whole:020}.pb")),
+        queue_dir.join("00000000000000000002.pb"),
+    )
+    .expect("move");
+    let t = Telemetry::new();
+    let exp = Scripted::new(Vec::new(), Duration::ZERO);
+    let h = ExporterHandle::start(
+        ComponentId::new("scripted", None),
+        exp.clone(),
+        &settings(true),
+        counters(&t),
+        panics(&t),
+        Some(root.clone()),
+    )
+    .expect("start");
+    h.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(
+        exp.delivered.load(Ordering::SeqCst),
+        3,
+        "the whole batch is sent"
+    );
+    assert_eq!(
+        names_in(&queue_dir),
+        Vec::<String>::new(),
+        "the temp file is swept"
+    );
+    // Made by profcol: private.
+    let fresh = root.join("new/exporter_x");
+    let (store, _) = queue::DiskStore::open(&fresh).expect("open");
+    let seq = store.write(&batch(1)).expect("write");
+    assert_eq!(disk::testing::mode(&root.join("new")), 0o700);
+    assert_eq!(disk::testing::mode(&fresh), 0o700);
+    assert_eq!(
+        disk::testing::mode(&fresh.join(format!("{seq:020}.pb"))),
+        0o600
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }

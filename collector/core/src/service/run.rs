@@ -22,7 +22,7 @@ use crate::component::{
     BuildError, ComponentError, ComponentId, CreateContext, ExtensionContext, Kind, Processor,
     ProcessorCreateContext, ReceiverContext, ReceiverOutput, Registry, Started, output::Entrance,
 };
-use crate::exporterhelper::ExporterHandle;
+use crate::exporterhelper::{CatchUnwind, ExporterHandle, panic_counter};
 use crate::pdata::ProfileBatch;
 use crate::telemetry::{ExporterCounters, ProcessorCounters, ReceiverCounters, Telemetry};
 
@@ -135,9 +135,15 @@ pub async fn run(
             let exporter: Arc<dyn crate::component::Exporter> =
                 Arc::from(factory.create(parsed, &ctx)?);
             let counters = ExporterCounters::new(&telemetry, &id.to_string());
-            let handle =
-                ExporterHandle::start(id.clone(), exporter, &settings, counters, storage_dir)
-                    .map_err(|e| BuildError::new(id, e))?;
+            let handle = ExporterHandle::start(
+                id.clone(),
+                exporter,
+                &settings,
+                counters,
+                crate::exporterhelper::panic_counter(&telemetry, &label(Kind::Exporter, id)),
+                storage_dir,
+            )
+            .map_err(|e| BuildError::new(id, e))?;
             status.set(&label(Kind::Exporter, id), ComponentStatus::Ok);
             exporters.insert(id.clone(), handle);
         }
@@ -185,9 +191,30 @@ pub async fn run(
             .filter_map(|id| exporters.get(id).cloned())
             .collect();
         let span = tracing::info_span!("pipeline", pipeline = %pipeline.id);
-        pipeline_tasks.push(tokio::spawn(
-            run_pipeline(rx, chain, outputs).instrument(span),
-        ));
+        let name = format!("pipeline/{}", pipeline.id);
+        status.set(&name, ComponentStatus::Ok);
+        let (status, fatal, telemetry) = (status.clone(), fatal_tx.clone(), telemetry.clone());
+        pipeline_tasks.push(tokio::spawn(async move {
+            let ran = CatchUnwind::new(run_pipeline(rx, chain, outputs).instrument(span)).await;
+            let failure = match ran {
+                Ok(Ok(())) => None,
+                Ok(Err(Panicked { component, message })) => Some((component, message)),
+                Err(message) => Some((name.clone(), message)),
+            };
+            match failure {
+                None => status.set(&name, ComponentStatus::Stopped),
+                Some((component, message)) => {
+                    // What the processors held is gone and their state is unknown: the
+                    // pipeline is failed (health_check answers 503) and the collector
+                    // stops with an error, for its supervisor to restart it.
+                    panic_counter(&telemetry, &component).add(1);
+                    let message = format!("{component} panicked: {message}");
+                    tracing::error!(pipeline = %name, error = %message, "pipeline failed");
+                    status.set(&name, ComponentStatus::FatalError(message.clone()));
+                    let _ = fatal.send((name, message));
+                }
+            }
+        }));
     }
 
     // Receivers last: one per id, feeding every pipeline that lists it.
@@ -349,14 +376,31 @@ enum Event {
     Tick,
 }
 
+/// A processor that panicked, and what it said.
+struct Panicked {
+    component: String,
+    message: String,
+}
+
+/// Runs one processor call, naming the processor if it panics.
+async fn guarded<T>(
+    id: &ComponentId,
+    call: impl std::future::Future<Output = T>,
+) -> Result<T, Panicked> {
+    CatchUnwind::new(call).await.map_err(|message| Panicked {
+        component: label(Kind::Processor, id),
+        message,
+    })
+}
+
 /// A pipeline's task: takes batches from the entrance, runs them through the processors
 /// in order, and hands what comes out to every exporter. Ends when all its receivers have
-/// stopped, after flushing the processors.
+/// stopped, after flushing the processors, or at once when a processor panics.
 async fn run_pipeline(
     mut rx: mpsc::Receiver<ProfileBatch>,
     mut chain: Vec<Stage>,
     exporters: Vec<ExporterHandle>,
-) {
+) -> Result<(), Panicked> {
     let now = Instant::now();
     for stage in &mut chain {
         stage.next_tick = stage
@@ -373,7 +417,7 @@ async fn run_pipeline(
         };
         match event {
             Event::Batch(batch) => {
-                let out = process_from(&mut chain, 0, vec![batch]).await;
+                let out = process_from(&mut chain, 0, vec![batch]).await?;
                 export(&exporters, out).await;
             }
             Event::Tick => {
@@ -382,12 +426,14 @@ async fn run_pipeline(
                     if chain[i].next_tick.is_some_and(|t| t <= now) {
                         let mut ticked = Vec::new();
                         let stage = &mut chain[i];
-                        if let Err(e) = stage.processor.on_tick(&mut ticked).await {
+                        if let Err(e) =
+                            guarded(&stage.id, stage.processor.on_tick(&mut ticked)).await?
+                        {
                             tracing::warn!(processor = %stage.id, error = %e, "processor tick failed");
                         }
                         stage.next_tick = stage.processor.tick_interval().map(|d| now + d);
                         count_out(&chain[i].counters, &ticked);
-                        let out = process_from(&mut chain, i + 1, ticked).await;
+                        let out = process_from(&mut chain, i + 1, ticked).await?;
                         export(&exporters, out).await;
                     }
                 }
@@ -398,13 +444,15 @@ async fn run_pipeline(
     // Flush front to back, so what one processor releases passes through the rest.
     for i in 0..chain.len() {
         let mut flushed = Vec::new();
-        if let Err(e) = chain[i].processor.shutdown(&mut flushed).await {
+        let stage = &mut chain[i];
+        if let Err(e) = guarded(&stage.id, stage.processor.shutdown(&mut flushed)).await? {
             tracing::warn!(processor = %chain[i].id, error = %e, "processor flush failed");
         }
         count_out(&chain[i].counters, &flushed);
-        let out = process_from(&mut chain, i + 1, flushed).await;
+        let out = process_from(&mut chain, i + 1, flushed).await?;
         export(&exporters, out).await;
     }
+    Ok(())
 }
 
 async fn sleep_until_or_forever(at: Option<Instant>) {
@@ -426,7 +474,7 @@ async fn process_from(
     chain: &mut [Stage],
     start: usize,
     mut batches: Vec<ProfileBatch>,
-) -> Vec<ProfileBatch> {
+) -> Result<Vec<ProfileBatch>, Panicked> {
     for stage in chain.iter_mut().skip(start) {
         if batches.is_empty() {
             break;
@@ -435,7 +483,7 @@ async fn process_from(
         for batch in batches {
             let samples = batch.sample_count() as u64;
             stage.counters.incoming.add(samples);
-            if let Err(e) = stage.processor.process(batch, &mut next).await {
+            if let Err(e) = guarded(&stage.id, stage.processor.process(batch, &mut next)).await? {
                 stage.counters.dropped.add(samples);
                 tracing::warn!(processor = %stage.id, error = %e, "processor dropped a batch");
             }
@@ -443,7 +491,7 @@ async fn process_from(
         count_out(&stage.counters, &next);
         batches = next;
     }
-    batches
+    Ok(batches)
 }
 
 async fn export(exporters: &[ExporterHandle], batches: Vec<ProfileBatch>) {

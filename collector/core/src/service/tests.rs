@@ -357,3 +357,133 @@ fn top_level_typos_and_env_errors_are_reported() {
         "{errors}"
     );
 }
+
+/// Processor type `test_panic`: passes batches on, and panics on the `on_batch`-th.
+mod panicking {
+    use async_trait::async_trait;
+    use serde::Deserialize;
+
+    use crate::component::{
+        BuildError, ProcessError, Processor, ProcessorCreateContext, ProcessorFactory, Stability,
+    };
+    use crate::config::Validate;
+    use crate::pdata::ProfileBatch;
+
+    #[derive(Debug, Clone, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct PanicConfig {
+        pub on_batch: usize,
+    }
+    impl Validate for PanicConfig {}
+
+    pub struct PanicFactory;
+
+    impl ProcessorFactory for PanicFactory {
+        type Config = PanicConfig;
+        fn type_name(&self) -> &'static str {
+            "test_panic"
+        }
+        fn stability(&self) -> Stability {
+            Stability::Development
+        }
+        fn create(
+            &self,
+            config: PanicConfig,
+            _: &ProcessorCreateContext,
+        ) -> Result<Box<dyn Processor>, BuildError> {
+            Ok(Box::new(Panicking {
+                on_batch: config.on_batch,
+                seen: 0,
+            }))
+        }
+    }
+
+    struct Panicking {
+        on_batch: usize,
+        seen: usize,
+    }
+
+    #[async_trait]
+    impl Processor for Panicking {
+        async fn process(
+            &mut self,
+            batch: ProfileBatch,
+            out: &mut Vec<ProfileBatch>,
+        ) -> Result<(), ProcessError> {
+            self.seen += 1;
+            if self.seen == self.on_batch {
+                panic!("batch {} is cursed", self.seen);
+            }
+            out.push(batch);
+            Ok(())
+        }
+    }
+
+    pub fn registry() -> crate::component::Registry {
+        let mut r = crate::testkit::registry();
+        r.processor(PanicFactory).expect("one test_panic");
+        r
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_processor_fails_its_pipeline_loudly() {
+    let reg = panicking::registry();
+    let config = load(
+        &[(
+            "test.yaml".into(),
+            r#"
+receivers:
+  test_source: {service: cart, batches: 4, samples_per_batch: 2}
+processors:
+  test_panic: {on_batch: 2}
+exporters:
+  test_sink: {name: doomed}
+service:
+  pipelines:
+    profiles: {receivers: [test_source], processors: [test_panic], exporters: [test_sink]}
+"#
+            .into(),
+        )],
+        &env,
+        &reg,
+    )
+    .expect("valid");
+    let telemetry = Telemetry::new();
+    let status = Status::new();
+    let result = tokio::time::timeout(
+        Duration::from_secs(5),
+        run(
+            config,
+            &reg,
+            telemetry.clone(),
+            status.clone(),
+            CancellationToken::new(),
+            ServiceOptions::default(),
+        ),
+    )
+    .await
+    .expect("the panic ends the run without a stop signal");
+    let err = result.expect_err("a failure, not a clean stop");
+    let text = err.to_string();
+    assert!(text.starts_with("pipeline/profiles failed"), "{text}");
+    assert!(
+        text.contains("processor/test_panic panicked: batch 2 is cursed"),
+        "{text}"
+    );
+    // What health_check reads: not ready, and the pipeline's status says why.
+    assert!(!status.is_ready());
+    assert!(matches!(
+        status.components().get("pipeline/profiles"),
+        Some(ComponentStatus::FatalError(m)) if m.contains("batch 2 is cursed")
+    ));
+    assert_eq!(
+        telemetry.value(
+            "profcol_component_panics_total",
+            &[("component", "processor/test_panic")]
+        ),
+        Some(1)
+    );
+    // The batch before the panic was exported.
+    assert_eq!(sink_contents("doomed").len(), 1);
+}

@@ -10,6 +10,7 @@ use profcol_core::component::{
     Stability,
 };
 use profcol_core::config::{ConfigError, Validate, duration};
+use profcol_core::exporterhelper::disk::create_dir_all_with_mode;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -23,6 +24,10 @@ pub struct Config {
     pub timeout: Duration,
     /// Make `directory` if it does not exist (otelcol's `create_directory`).
     pub create_directory: bool,
+    /// Octal mode of the folders this extension makes (otelcol's `directory_permissions`;
+    /// otelcol defaults to 0750, profcol keeps queued data private by default). The umask
+    /// still applies.
+    pub directory_permissions: String,
 }
 
 impl Default for Config {
@@ -31,16 +36,33 @@ impl Default for Config {
             directory: PathBuf::from("/var/lib/profcol/file_storage"),
             timeout: Duration::from_secs(1),
             create_directory: true,
+            directory_permissions: "0700".to_owned(),
         }
     }
 }
 
+/// `"0750"` or `"750"` → 0o750.
+fn parse_mode(text: &str) -> Result<u32, String> {
+    let digits = text.strip_prefix("0o").unwrap_or(text);
+    if digits.is_empty() || digits.len() > 4 || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
+    {
+        return Err(format!(
+            "must be an octal mode such as \"0700\" or \"0750\", not {text:?}"
+        ));
+    }
+    u32::from_str_radix(digits, 8).map_err(|e| e.to_string())
+}
+
 impl Validate for Config {
     fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
         if self.directory.as_os_str().is_empty() {
-            return vec![ConfigError::new("directory", "must not be empty")];
+            errors.push(ConfigError::new("directory", "must not be empty"));
         }
-        Vec::new()
+        if let Err(e) = parse_mode(&self.directory_permissions) {
+            errors.push(ConfigError::new("directory_permissions", e));
+        }
+        errors
     }
 }
 
@@ -69,8 +91,10 @@ impl ExtensionFactory for FileStorageFactory {
                 format!("{} is not a directory", config.directory.display()),
             ));
         }
+        let mode = parse_mode(&config.directory_permissions)
+            .map_err(|e| BuildError::new(&ctx.id, format!("directory_permissions {e}")))?;
         let dir = config.directory.join(ctx.id.to_string().replace('/', "_"));
-        std::fs::create_dir_all(&dir).map_err(|e| {
+        create_dir_all_with_mode(&dir, mode).map_err(|e| {
             BuildError::new(&ctx.id, format!("cannot create {}: {e}", dir.display()))
         })?;
         Ok(Box::new(FileStorage { dir }))
@@ -133,6 +157,60 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(c.validate()[0].to_string(), "directory: must not be empty");
+    }
+
+    #[test]
+    fn directory_permissions_must_be_octal() {
+        for bad in ["0999", "rwx", "", "07777", "-1", "0x1ff"] {
+            let c = Config {
+                directory_permissions: bad.to_owned(),
+                ..Config::default()
+            };
+            let errors = c.validate();
+            assert_eq!(errors.len(), 1, "{bad:?}");
+            assert_eq!(errors[0].path, "directory_permissions", "{bad:?}");
+        }
+        assert_eq!(parse_mode("0750"), Ok(0o750));
+        assert_eq!(parse_mode("750"), Ok(0o750));
+        assert_eq!(parse_mode("0o700"), Ok(0o700));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn created_folders_get_directory_permissions() {
+        use profcol_core::exporterhelper::disk::testing::mode;
+        let root = std::env::temp_dir().join(format!("profcol-fs-modes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let ctx = |name: &'static str| CreateContext {
+            id: ComponentId::new("file_storage", Some(name)),
+            telemetry: Telemetry::new(),
+            storage: Default::default(),
+        };
+        let private = FileStorageFactory
+            .create(
+                Config {
+                    directory: root.join("state"),
+                    ..Config::default()
+                },
+                &ctx("a"),
+            )
+            .expect("create");
+        let dir = private.storage_directory().expect("a directory");
+        assert_eq!(mode(&root.join("state")), 0o700);
+        assert_eq!(mode(&dir), 0o700);
+        let shared = FileStorageFactory
+            .create(
+                Config {
+                    directory: root.join("shared"),
+                    directory_permissions: "0750".into(),
+                    ..Config::default()
+                },
+                &ctx("b"),
+            )
+            .expect("create");
+        assert_eq!(mode(&root.join("shared")), 0o750);
+        assert_eq!(mode(&shared.storage_directory().expect("dir")), 0o750);
+        let _ = std::fs::remove_dir_all(root);
     }
 
     #[test]

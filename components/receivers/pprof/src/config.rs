@@ -374,7 +374,7 @@ fn validate_remote(remote: &RemoteConfig, errors: &mut Vec<ConfigError>) {
         if let Err(problem) = parse_base_url(&target.endpoint) {
             errors.push(ConfigError::new(
                 format!("remote::targets[{i}]::endpoint"),
-                format!("{:?} {problem}", target.endpoint),
+                format!("{:?} {problem}", without_user_info(&target.endpoint)),
             ));
         }
         if target.labels.keys().any(|k| k.trim().is_empty()) {
@@ -438,10 +438,32 @@ pub(crate) fn parse_base_url(endpoint: &str) -> Result<Uri, &'static str> {
     if uri.host().is_none_or(str::is_empty) {
         return Err("has no host");
     }
+    if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+        // As the exporters do: a password in a URL ends up in logs, errors and
+        // process listings, and scrapes send no credentials anyway.
+        return Err("must not carry user info (user:password@); credentials in URLs are refused");
+    }
     if uri.query().is_some() || endpoint.contains('#') {
         return Err("must not carry a query or fragment; profile paths are appended to it");
     }
     Ok(uri)
+}
+
+/// `endpoint` with what stands before an `@` in its authority replaced by `***`, so that
+/// an error never repeats a password.
+fn without_user_info(endpoint: &str) -> String {
+    let after_scheme = endpoint.find("://").map_or(0, |i| i + 3);
+    let authority_end = endpoint[after_scheme..]
+        .find(['/', '?', '#'])
+        .map_or(endpoint.len(), |i| after_scheme + i);
+    match endpoint[after_scheme..authority_end].rfind('@') {
+        Some(at) => format!(
+            "{}***{}",
+            &endpoint[..after_scheme],
+            &endpoint[after_scheme + at..]
+        ),
+        None => endpoint.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -691,6 +713,31 @@ mod tests {
         assert!(parse_base_url("http://127.0.0.1:6060").is_ok());
         assert!(parse_base_url("https://app.internal/prefix/").is_ok());
         assert!(parse_base_url("http://h:1#frag").is_err());
+    }
+
+    #[test]
+    fn targets_with_credentials_are_refused_without_repeating_them() {
+        let c = parse(
+            "remote:\n  targets:\n    - endpoint: \"http://admin:s3cret@app:6060\"\n    - endpoint: \"https://token@app/prefix\"\n    - endpoint: \"http://app:6060/a@b\"\n",
+        )
+        .expect("p");
+        let errors = c.validate();
+        let got: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            got,
+            [
+                "remote::targets[0]::endpoint: \"http://***@app:6060\" must not carry user info (user:password@); credentials in URLs are refused",
+                "remote::targets[1]::endpoint: \"https://***@app/prefix\" must not carry user info (user:password@); credentials in URLs are refused",
+            ],
+            "an @ in the path is no user info"
+        );
+        assert_eq!(
+            without_user_info("http://a:b@c@h:1/x@y"),
+            "http://***@h:1/x@y"
+        );
+        // Without a scheme too: what stands before the @ may be a password.
+        assert_eq!(without_user_info("u:p@h:6060"), "***@h:6060");
+        assert_eq!(without_user_info("http://h:6060"), "http://h:6060");
     }
 
     #[test]

@@ -12,9 +12,20 @@
 //! Bounded: at most [`CAPACITY`] build ids (the oldest recorded is forgotten first) and
 //! [`PATHS_PER_ID`] paths each (the newest first: a later process is more likely still
 //! alive, and `/proc/<pid>` paths die with their process).
+//!
+//! The files behind these paths belong to whoever runs the process, and this process may
+//! be root: open them only with [`open`], never with a plain `File::open`. The recording
+//! receiver installs the opener ([`set_opener`]) that knows how its paths must be opened
+//! (the `profiling` receiver: `O_PATH` probe, `O_NOFOLLOW | O_NONBLOCK`, `fstat` checks,
+//! `openat2(RESOLVE_IN_ROOT)` under `/proc/<pid>/root`); the [`HostFile`] it gives is
+//! read by offset and never past the size it had when opened, so what is hashed, checked
+//! and uploaded is one file, whatever is put at its path meanwhile.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::PathBuf;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 /// Build ids remembered at most.
@@ -94,6 +105,74 @@ impl Registry {
     }
 }
 
+/// Opens one recorded path, checked, giving the file and its size then.
+pub type Opener = fn(&Path) -> io::Result<(File, u64)>;
+
+static OPENER: OnceLock<Opener> = OnceLock::new();
+
+/// Installs the opener [`open`] uses (the first one installed stays).
+pub fn set_opener(opener: Opener) {
+    let _ = OPENER.set(opener);
+}
+
+/// A recorded file, opened by [`open`].
+#[derive(Debug)]
+pub struct HostFile {
+    /// The path it was opened through.
+    pub path: PathBuf,
+    /// Read it by offset ([`HostFile::read_at`]), or through `try_clone` (same file).
+    pub file: File,
+    /// Its size when opened; reads stop there.
+    pub size: u64,
+}
+
+impl HostFile {
+    /// Reads at `offset` into `buf`, never past [`HostFile::size`]; 0 at the end.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let left = self.size.saturating_sub(offset);
+        let len = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        if len == 0 {
+            return Ok(0);
+        }
+        self.file.read_at(&mut buf[..len], offset)
+    }
+}
+
+/// Opens a path recorded here with the installed opener. Without one (no recording
+/// receiver in this process), the path opens only if it is a regular file, not a link,
+/// and the file opened is the inode `lstat` saw (a weaker check: std alone has no
+/// `O_NOFOLLOW`/`O_NONBLOCK`).
+pub fn open(path: &Path) -> io::Result<HostFile> {
+    let (file, size) = match OPENER.get() {
+        Some(opener) => opener(path)?,
+        None => open_plain(path)?,
+    };
+    Ok(HostFile {
+        path: path.to_path_buf(),
+        file,
+        size,
+    })
+}
+
+fn open_plain(path: &Path) -> io::Result<(File, u64)> {
+    let seen = std::fs::symlink_metadata(path)?;
+    if !seen.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let file = File::open(path)?;
+    let opened = file.metadata()?;
+    if !opened.is_file() || (opened.dev(), opened.ino()) != (seen.dev(), seen.ino()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the file was replaced while it was opened",
+        ));
+    }
+    Ok((file, opened.len()))
+}
+
 /// The process-wide registry.
 pub fn global() -> &'static Registry {
     static GLOBAL: OnceLock<Registry> = OnceLock::new();
@@ -141,6 +220,28 @@ mod tests {
         r.record("", &[p("/x")]);
         r.record("ef56", &[]);
         assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn open_reads_regular_files_only_and_never_past_their_size() {
+        let dir = std::env::temp_dir().join(format!("profcol-hostexe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let file = dir.join("f");
+        std::fs::write(&file, b"0123456789").expect("write");
+        let opened = open(&file).expect("opens");
+        assert_eq!(opened.size, 10);
+        // Grown after opening: reads stop at the size it had.
+        std::fs::write(&file, b"0123456789abcdef").expect("grow");
+        let mut buf = [0u8; 8];
+        assert_eq!(opened.read_at(&mut buf, 6).expect("read"), 4);
+        assert_eq!(&buf[..4], b"6789");
+        assert_eq!(opened.read_at(&mut buf, 10).expect("end"), 0);
+        let link = dir.join("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&file, &link).expect("symlink");
+        assert!(open(&link).is_err(), "a link is not followed");
+        assert!(open(&dir).is_err(), "a directory is refused");
+        std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
     #[test]

@@ -8,7 +8,6 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 /// `PT_LOAD`: a segment mapped into memory.
 const PT_LOAD: u32 = 1;
@@ -23,18 +22,46 @@ pub const NT_GNU_BUILD_ID: u32 = 3;
 /// The Go linker's build id note type, under the note name `Go`.
 pub const NT_GO_BUILD_ID: u32 = 4;
 
-/// Notes larger than this are not read (a build id note is a few dozen bytes).
-const MAX_NOTES_SIZE: u64 = 1 << 20;
+/// Caps on what one file can make this reader do. A file's owner controls every count
+/// and size in it, and this process may be root: every range is checked against the
+/// file's size (from `fstat`) before anything is allocated or read, and past these caps
+/// the file is refused as malformed (real binaries are far below them).
+///
+/// Program headers at most (a binary has about 10-15).
+pub const MAX_PROGRAM_HEADERS: u64 = 1024;
+/// Section headers at most (binaries have about 30-40; `-ffunction-sections` objects
+/// linked with `--emit-relocs` a few thousand).
+pub const MAX_SECTIONS: u64 = 1 << 16;
+/// Largest entry size accepted for program and section headers (ELF64 uses 56 and 64).
+const MAX_ENTRY_SIZE: u64 = 256;
+/// Bytes of one section name at most.
+const MAX_SECTION_NAME: usize = 256;
+/// The section name table, at most.
+pub const MAX_SECTION_NAMES_SIZE: u64 = 1 << 20;
+/// Note bytes read per file at most, all note segments together (a build id note is a
+/// few dozen bytes).
+pub const MAX_NOTES_SIZE: u64 = 1 << 20;
+/// Notes kept per file at most.
+pub const MAX_NOTES: usize = 256;
 /// Sections larger than this are not read (a big Go binary's `.gopclntab` is tens of MiB).
-const MAX_SECTION_SIZE: u64 = 1 << 30;
+pub const MAX_SECTION_SIZE: u64 = 256 << 20;
 
 #[derive(Debug)]
 pub enum ElfError {
     Io(io::Error),
     /// Not an ELF file, or one this reader does not handle (32-bit, big-endian).
     Unsupported(&'static str),
-    /// An ELF file whose headers point outside of it or contradict each other.
+    /// An ELF file whose headers point outside of it, contradict each other or pass a
+    /// cap: a file made to mislead, or broken.
     Malformed(&'static str),
+}
+
+impl ElfError {
+    /// Whether the file is malformed (counted as a bad file), rather than unreadable or
+    /// simply not ELF64 LE.
+    pub fn is_malformed(&self) -> bool {
+        matches!(self, ElfError::Malformed(_))
+    }
 }
 
 impl std::fmt::Display for ElfError {
@@ -58,15 +85,26 @@ impl From<io::Error> for ElfError {
 /// Where the bytes come from: a file (read in pieces) or memory (the vDSO image).
 #[derive(Debug)]
 enum Data {
-    File(File),
+    /// A file and its size when opened: nothing past it is read.
+    File(File, u64),
     Bytes(Vec<u8>),
 }
 
 impl Data {
+    fn size(&self) -> u64 {
+        match self {
+            Data::File(_, size) => *size,
+            Data::Bytes(b) => b.len() as u64,
+        }
+    }
+
     fn read_at(&self, offset: u64, len: u64) -> Result<Vec<u8>, ElfError> {
+        if offset.checked_add(len).is_none_or(|end| end > self.size()) {
+            return Err(ElfError::Malformed("range lies outside the file"));
+        }
         let len = usize::try_from(len).map_err(|_| ElfError::Malformed("size overflows"))?;
         match self {
-            Data::File(f) => {
+            Data::File(f, _) => {
                 let mut buf = vec![0; len];
                 f.read_exact_at(&mut buf, offset)?;
                 Ok(buf)
@@ -140,12 +178,23 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 impl ElfFile {
-    pub fn open(path: &Path) -> Result<Self, ElfError> {
-        // Only regular files: opening a FIFO blocks and a device may act on being read.
-        if !std::fs::metadata(path)?.is_file() {
+    /// An opened file, `size` bytes long (its `fstat` size when opened): no read goes
+    /// past it. Open files of other users with `safe_file::VerifiedFile`, which checks
+    /// what it opens.
+    pub fn from_file(file: File, size: u64) -> Result<Self, ElfError> {
+        Self::parse(Data::File(file, size))
+    }
+
+    /// A file of this process's own (tests): opened plainly, so never for a path that
+    /// someone else controls.
+    #[cfg(test)]
+    pub fn open(path: &std::path::Path) -> Result<Self, ElfError> {
+        let file = File::open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
             return Err(ElfError::Unsupported("not a regular file"));
         }
-        Self::parse(Data::File(File::open(path)?))
+        Self::from_file(file, meta.len())
     }
 
     /// An ELF image held in memory (the vDSO read out of a process).
@@ -178,8 +227,11 @@ impl ElfFile {
 
         let mut program_headers = Vec::new();
         if phnum > 0 {
-            if phentsize < 56 {
-                return Err(ElfError::Malformed("program header entries too small"));
+            if !(56..=MAX_ENTRY_SIZE).contains(&phentsize) {
+                return Err(ElfError::Malformed("bad program header entry size"));
+            }
+            if phnum > MAX_PROGRAM_HEADERS {
+                return Err(ElfError::Malformed("too many program headers"));
             }
             let table = data.read_at(phoff, phentsize * phnum)?;
             for i in 0..phnum {
@@ -198,7 +250,10 @@ impl ElfFile {
         }
 
         let mut sections = Vec::new();
-        if shoff != 0 && shentsize >= 64 {
+        if shoff != 0 {
+            if !(64..=MAX_ENTRY_SIZE).contains(&shentsize) {
+                return Err(ElfError::Malformed("bad section header entry size"));
+            }
             // More than 0xff00 sections: the real count and string table index live in
             // section 0.
             if shnum == 0 || shstrndx == 0xffff {
@@ -210,7 +265,7 @@ impl ElfFile {
                     shstrndx = u64::from(u32_at(&first, 40));
                 }
             }
-            if shnum > 1 << 20 {
+            if shnum > MAX_SECTIONS {
                 return Err(ElfError::Malformed("too many sections"));
             }
             let table = data.read_at(shoff, shentsize * shnum)?;
@@ -233,8 +288,13 @@ impl ElfFile {
             let names = usize::try_from(shstrndx)
                 .ok()
                 .and_then(|i| raw.get(i))
-                .filter(|(_, s)| s.size <= MAX_NOTES_SIZE)
-                .map(|(_, s)| data.read_at(s.offset, s.size))
+                .filter(|(_, s)| s.sh_type != SHT_NOBITS)
+                .map(|(_, s)| {
+                    if s.size > MAX_SECTION_NAMES_SIZE {
+                        return Err(ElfError::Malformed("section name table too large"));
+                    }
+                    data.read_at(s.offset, s.size)
+                })
                 .transpose()?
                 .unwrap_or_default();
             for (name_off, mut s) in raw {
@@ -242,6 +302,9 @@ impl ElfFile {
                     .ok()
                     .and_then(|o| names.get(o..))
                     .map(|rest| {
+                        // Names are short; a name with no end within the cap is cut there
+                        // (and matches no name this reader looks for).
+                        let rest = &rest[..rest.len().min(MAX_SECTION_NAME)];
                         let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
                         String::from_utf8_lossy(&rest[..end]).into_owned()
                     })
@@ -275,7 +338,9 @@ impl ElfFile {
     }
 
     /// Every note, from the `PT_NOTE` segments, or from `SHT_NOTE` sections when the file
-    /// has no note segment (as a separate debug file may not).
+    /// has no note segment (as a separate debug file may not). At most
+    /// [`MAX_NOTES_SIZE`] bytes are read and [`MAX_NOTES`] notes kept, all areas
+    /// together; an area that lies outside the file is skipped.
     pub fn notes(&self) -> Vec<Note> {
         let mut notes = Vec::new();
         let segments: Vec<(u64, u64, u64)> = self
@@ -293,14 +358,20 @@ impl ElfFile {
         } else {
             segments
         };
+        let mut budget = MAX_NOTES_SIZE;
         for (offset, size, align) in areas {
-            if size == 0 || size > MAX_NOTES_SIZE {
+            if size == 0 {
                 continue;
             }
+            if size > budget || notes.len() >= MAX_NOTES {
+                break;
+            }
+            budget -= size;
             if let Ok(bytes) = self.data.read_at(offset, size) {
                 parse_notes(&bytes, if align == 8 { 8 } else { 4 }, &mut notes);
             }
         }
+        notes.truncate(MAX_NOTES);
         notes
     }
 
@@ -311,11 +382,13 @@ impl ElfFile {
 
     /// The Go build id note (`NT_GO_BUILD_ID` under `Go`), as text.
     pub fn go_build_id(&self) -> Option<String> {
-        self.notes()
-            .into_iter()
-            .find(|n| n.name == b"Go" && n.n_type == NT_GO_BUILD_ID)
-            .map(|n| String::from_utf8_lossy(&n.desc).into_owned())
-            .filter(|s| !s.is_empty())
+        go_build_id(&self.notes())
+    }
+
+    /// Both build ids, from one read of the notes.
+    pub fn build_ids(&self) -> (Option<Vec<u8>>, Option<String>) {
+        let notes = self.notes();
+        (gnu_build_id(&notes), go_build_id(&notes))
     }
 
     /// The section holding Go's function table, if this is a Go binary.
@@ -358,12 +431,22 @@ pub fn gnu_build_id(notes: &[Note]) -> Option<Vec<u8>> {
         .map(|n| n.desc.clone())
 }
 
+/// The Go build id among `notes`, as text.
+pub fn go_build_id(notes: &[Note]) -> Option<String> {
+    notes
+        .iter()
+        .find(|n| n.name == b"Go" && n.n_type == NT_GO_BUILD_ID)
+        .map(|n| String::from_utf8_lossy(&n.desc).into_owned())
+        .filter(|s| !s.is_empty())
+}
+
 /// Parses a run of notes (`/sys/kernel/notes` is one, with no ELF around it). Names are
 /// given without their terminating NUL.
 pub fn parse_notes(bytes: &[u8], align: usize, out: &mut Vec<Note>) {
+    let align = align.max(1);
     let pad = |n: usize| n.div_ceil(align) * align;
     let mut at = 0usize;
-    while at + 12 <= bytes.len() {
+    while at + 12 <= bytes.len() && out.len() < MAX_NOTES {
         let namesz = u32_at(bytes, at) as usize;
         let descsz = u32_at(bytes, at + 4) as usize;
         let n_type = u32_at(bytes, at + 8);
@@ -375,7 +458,9 @@ pub fn parse_notes(bytes: &[u8], align: usize, out: &mut Vec<Note>) {
             return;
         };
         let (Some(name), Some(desc)) = (
-            bytes.get(name_start..name_start + namesz),
+            name_start
+                .checked_add(namesz)
+                .and_then(|end| bytes.get(name_start..end)),
             bytes.get(desc_start..desc_end),
         ) else {
             return;
@@ -387,7 +472,10 @@ pub fn parse_notes(bytes: &[u8], align: usize, out: &mut Vec<Note>) {
             n_type,
             desc: desc.to_vec(),
         });
-        at = desc_start + pad(descsz);
+        let Some(next) = desc_start.checked_add(pad(descsz)) else {
+            return;
+        };
+        at = next;
     }
 }
 

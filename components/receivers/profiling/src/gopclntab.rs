@@ -27,6 +27,12 @@ use crate::elf::ElfFile;
 const GO118_MAGIC: u32 = 0xffff_fff0;
 const GO120_MAGIC: u32 = 0xffff_fff1;
 const OLD_MAGICS: [u32; 2] = [0xffff_fffb, 0xffff_fffa];
+/// Bytes of a function or file name at most (Go's longest generic instantiations are a
+/// few KiB); a name with no NUL within it is not read, so a lookup never scans the table.
+pub const MAX_NAME: usize = 16 << 10;
+/// (value, pc) pairs decoded per pc-value lookup at most: enough for a function of
+/// megabytes of code, and a bound on the work one frame can cost.
+pub const MAX_PCVALUE_STEPS: usize = 1 << 18;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GoTableError {
@@ -92,6 +98,7 @@ fn uintptr_at(data: &[u8], at: usize, ptr_size: usize) -> Option<u64> {
 
 fn cstring_at(data: &[u8], at: usize) -> Option<&str> {
     let rest = data.get(at..)?;
+    let rest = &rest[..rest.len().min(MAX_NAME)];
     let end = rest.iter().position(|&b| b == 0)?;
     std::str::from_utf8(&rest[..end]).ok()
 }
@@ -135,7 +142,10 @@ impl GoTable {
         if magic != GO118_MAGIC && magic != GO120_MAGIC {
             return Err(GoTableError::Malformed("unknown magic"));
         }
-        let (pad1, pad2, quantum, ptr_size) = (data[4], data[5], data[6], data[7]);
+        let [pad1, pad2, quantum, ptr_size] = data
+            .get(4..8)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .ok_or(GoTableError::Malformed("shorter than its header"))?;
         if pad1 != 0 || pad2 != 0 || !matches!(quantum, 1 | 2 | 4) || !matches!(ptr_size, 4 | 8) {
             return Err(GoTableError::Malformed("bad header"));
         }
@@ -183,6 +193,11 @@ impl GoTable {
 
     pub fn text_start(&self) -> u64 {
         self.text_start
+    }
+
+    /// Bytes of the table held in memory.
+    pub fn byte_len(&self) -> usize {
+        self.data.len()
     }
 
     pub fn len(&self) -> usize {
@@ -275,7 +290,7 @@ impl GoTable {
         let mut value: i32 = -1;
         let mut pc = entry;
         let mut first = true;
-        loop {
+        for _ in 0..MAX_PCVALUE_STEPS {
             let uvdelta = read_uvarint(&self.data, &mut at)?;
             if uvdelta == 0 && !first {
                 return None;
@@ -293,6 +308,7 @@ impl GoTable {
                 return Some(value);
             }
         }
+        None
     }
 }
 
@@ -431,6 +447,66 @@ pub(crate) mod tests {
         let cut = synthetic_table()[..100].to_vec();
         assert!(GoTable::parse(cut, 0).is_err());
         assert!(GoTable::parse(vec![1, 2], 0).is_err());
+        // Every prefix of a valid table (a 4-byte table with a valid magic among them) is
+        // refused or parsed, never a panic.
+        let table = synthetic_table();
+        for len in 0..table.len() {
+            if let Ok(t) = GoTable::parse(table[..len].to_vec(), 0) {
+                let _ = t.lookup(0x401010);
+                let _ = t.functions().count();
+            }
+        }
+        let four = GO120_MAGIC.to_le_bytes().to_vec();
+        assert_eq!(
+            GoTable::parse(four, 0).err(),
+            Some(GoTableError::Malformed("shorter than its header"))
+        );
+    }
+
+    #[test]
+    fn names_without_an_end_and_endless_pc_tables_are_bounded() {
+        let mut t = synthetic_table();
+        // main.beta's name runs into MAX_NAME bytes without a NUL: not read.
+        let names_at = 8 + 8 * 8;
+        let beta = names_at + 11;
+        t[beta + 9] = b'x';
+        let mut long = t[..beta].to_vec();
+        long.extend(std::iter::repeat_n(b'a', MAX_NAME + 10));
+        let shift = long.len() - (beta + 10);
+        long.extend_from_slice(&t[beta + 10..]);
+        // Move every header offset past the names by the added bytes.
+        for i in 4..8 {
+            let at = 8 + i * 8;
+            let v = u64::from_le_bytes(long[at..at + 8].try_into().expect("8 bytes"));
+            long[at..at + 8].copy_from_slice(&(v + shift as u64).to_le_bytes());
+        }
+        let parsed = GoTable::parse(long, 0).expect("parses");
+        assert_eq!(parsed.lookup(0x401000).map(|f| f.function), Some("main.alpha".into()));
+        assert_eq!(parsed.lookup(0x401040), None, "an endless name is not a name");
+        // A pc-value table of only (0, 0) steps after the first never ends by itself.
+        let mut endless = vec![0u8];
+        endless.extend([2, 0]);
+        for _ in 0..MAX_PCVALUE_STEPS + 5 {
+            endless.extend([2, 0]);
+        }
+        // Only here would the pc pass the target: too many steps in.
+        endless.extend([2, 100]);
+        let g = GoTable {
+            data: endless,
+            quantum: 1,
+            nfunc: 0,
+            text_start: 0,
+            funcnametab: 0,
+            cutab: 0,
+            filetab: 0,
+            pctab: 0,
+            pcln: 0,
+        };
+        assert_eq!(g.pc_value(1, 0, 10), None);
+        let mut short = vec![0u8, 2, 0, 2, 0, 2, 100];
+        short.push(0);
+        let g = GoTable { data: short, ..g };
+        assert_eq!(g.pc_value(1, 0, 10), Some(2), "a short table still resolves");
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod gopclntab;
 pub mod model;
 pub mod process;
 pub mod receiver;
+pub mod safe_file;
 pub mod symbolize;
 #[cfg(test)]
 mod testutil;
@@ -25,6 +26,7 @@ mod testutil;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use profcol_core::pdata::ProfileBatch;
@@ -151,6 +153,17 @@ pub fn read_kernel_build_id(notes: &std::path::Path) -> Option<String> {
     elf::gnu_build_id(&parsed).map(hex::encode)
 }
 
+/// Counts of input that was refused or broke something, shared by the process table
+/// and the symbolizer thread.
+#[derive(Debug, Default)]
+pub struct BadInputCounters {
+    /// Mapped files refused: a link, FIFO or device at the path, another inode than the
+    /// mapped one, a malformed ELF or Go table.
+    pub files_rejected: AtomicU64,
+    /// Times the symbolizer thread panicked (or was gone) and was started again.
+    pub symbolizer_restarts: AtomicU64,
+}
+
 /// Counters since the engine started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -165,6 +178,10 @@ pub struct Stats {
     pub processes_tracked: usize,
     /// Batches returned by [`Engine::flush`].
     pub batches: u64,
+    /// Mapped files refused ([`BadInputCounters::files_rejected`]).
+    pub files_rejected: u64,
+    /// Symbolizer thread restarts ([`BadInputCounters::symbolizer_restarts`]).
+    pub symbolizer_restarts: u64,
 }
 
 /// Turns samples and process events into batches. See the crate docs.
@@ -176,6 +193,7 @@ pub struct Engine {
     symbolizer: Option<Symbolizer>,
     meta: BatchMeta,
     stats: Stats,
+    counters: Arc<BadInputCounters>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -194,17 +212,26 @@ impl Engine {
     pub fn new(config: Config, env: Environment) -> Self {
         let now = env.clock.now_unix_nano();
         let filter = Filter::new(&config);
-        let mut table = ProcessTable::new(env.procfs.clone(), config.process_grace_period, filter)
-            .with_env_vars(&config.include_env_vars);
+        let counters = Arc::new(BadInputCounters::default());
+        let mut table = ProcessTable::with_counters(
+            env.procfs.clone(),
+            config.process_grace_period,
+            filter,
+            counters.clone(),
+        )
+        .with_env_vars(&config.include_env_vars);
         if env.scan_at_start {
             let n = table.scan(now);
             tracing::debug!(processes = n, "read /proc");
         }
         let symbolizer = config.symbolize.then(|| {
-            Symbolizer::new(SymbolizerOptions {
-                kallsyms: env.kallsyms.clone(),
-                ..SymbolizerOptions::default()
-            })
+            Symbolizer::with_counters(
+                SymbolizerOptions {
+                    kallsyms: env.kallsyms.clone(),
+                    ..SymbolizerOptions::default()
+                },
+                counters.clone(),
+            )
         });
         let meta = BatchMeta {
             host_name: env.host_name.clone(),
@@ -220,6 +247,7 @@ impl Engine {
             symbolizer,
             meta,
             stats: Stats::default(),
+            counters,
         }
     }
 
@@ -351,7 +379,7 @@ impl Engine {
                 symbolize::FileRequest {
                     kind: m.kind,
                     file: m.file.clone(),
-                    paths: m.read_paths(self.table.procfs(), record.pid),
+                    locations: m.locations(self.table.procfs(), record.pid),
                     host_path: (!m.deleted && m.path.starts_with('/'))
                         .then(|| PathBuf::from(&m.path)),
                     offsets: by_mapping[id].clone(),
@@ -372,6 +400,8 @@ impl Engine {
     pub fn stats(&self) -> Stats {
         Stats {
             processes_tracked: self.table.len(),
+            files_rejected: self.counters.files_rejected.load(Ordering::Relaxed),
+            symbolizer_restarts: self.counters.symbolizer_restarts.load(Ordering::Relaxed),
             ..self.stats
         }
     }

@@ -632,6 +632,8 @@ mod tests {
                 build_id_gnu: Some(vec![0x12; 20]),
                 build_id_go: go.then(|| "goid/abc".to_owned()),
                 is_go: go,
+                inode: Some(start),
+                rejected: None,
             })),
         })
     }

@@ -10,19 +10,45 @@
 
 use std::collections::HashMap;
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::ProcessEvent;
 use crate::config::Filter;
 use crate::elf::ElfFile;
+use crate::safe_file::{FileLocation, VerifiedFile};
+use crate::{BadInputCounters, ProcessEvent};
 
 /// A process whose address misses every mapping gets its maps read again, at most this
 /// often (dlopen, JIT).
 pub const MAPS_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 /// Above this many cached files, files no tracked process maps any more are dropped.
 const FILE_CACHE_SOFT_LIMIT: usize = 16_384;
+/// `/proc/<pid>/maps` read at most (about 150 000 lines; a process can make its maps
+/// hundreds of MiB with 65 530 mappings of long paths). Lines past it are not read.
+pub const MAX_MAPS_BYTES: u64 = 16 << 20;
+/// `/proc/<pid>/environ` read at most (the kernel allows 6 MiB of arguments and
+/// environment at exec).
+pub const MAX_ENVIRON_BYTES: u64 = 1 << 20;
+
+/// At most `max` bytes of a file (of `/proc`).
+fn read_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    fs::File::open(path)?.take(max).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// `/proc/<pid>/maps`, at most [`MAX_MAPS_BYTES`], cut after its last whole line.
+fn read_maps(path: &Path) -> std::io::Result<String> {
+    let mut bytes = read_capped(path, MAX_MAPS_BYTES)?;
+    if bytes.len() as u64 == MAX_MAPS_BYTES {
+        let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        bytes.truncate(end);
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
 
 /// Where `/proc` is (a test points it at a tree of its own).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,6 +259,13 @@ pub struct ExecutableFile {
     pub build_id_go: Option<String>,
     /// Whether it holds Go's function table (`.gopclntab`).
     pub is_go: bool,
+    /// The inode of the file that was read: symbolization reads a file only when it is
+    /// this one.
+    pub inode: Option<u64>,
+    /// Why the file was refused when it looked made to mislead (a link, FIFO or device
+    /// at its path, another inode than the one mapped, malformed ELF): it is not read
+    /// again, not symbolized and not offered for upload.
+    pub rejected: Option<String>,
 }
 
 impl ExecutableFile {
@@ -240,37 +273,55 @@ impl ExecutableFile {
         self.build_id_gnu.as_deref().map(hex::encode)
     }
 
-    /// Reads the ids of the first of `paths` that opens.
-    pub fn read(key: FileKey, paths: &[PathBuf]) -> Self {
-        let mut readable = false;
-        for path in paths {
-            match ElfFile::open(path) {
-                Ok(elf) => {
-                    return ExecutableFile {
-                        key,
-                        readable: true,
-                        is_elf: true,
-                        build_id_gnu: elf.gnu_build_id(),
-                        build_id_go: elf.go_build_id(),
-                        is_go: elf.gopclntab().is_some(),
-                    };
-                }
-                Err(crate::elf::ElfError::Io(_)) => continue,
-                // Opened, but not ELF64 LE: another path would give the same file.
-                Err(_) => {
-                    readable = true;
-                    break;
-                }
-            }
-        }
-        ExecutableFile {
+    /// Reads the ids of the first of `locations` that opens, checked
+    /// ([`VerifiedFile::open`]; `mapped_inode` is the inode `/proc/<pid>/maps` gives, 0
+    /// when unknown). Headers and notes are read from that one open file, within its
+    /// size.
+    pub fn read(key: FileKey, locations: &[FileLocation], mapped_inode: u64) -> Self {
+        let mut file = ExecutableFile {
             key,
-            readable,
+            readable: false,
             is_elf: false,
             build_id_gnu: None,
             build_id_go: None,
             is_go: false,
+            inode: None,
+            rejected: None,
+        };
+        for location in locations {
+            let opened = match VerifiedFile::open(location, Some(mapped_inode)) {
+                Ok(f) => f,
+                Err(e) if e.is_suspicious() => {
+                    file.readable = true;
+                    file.rejected = Some(format!("{}: {e}", location.path().display()));
+                    return file;
+                }
+                Err(_) => continue,
+            };
+            file.readable = true;
+            file.inode = Some(opened.inode());
+            let size = opened.size();
+            let elf = opened
+                .try_clone_file()
+                .map_err(crate::elf::ElfError::Io)
+                .and_then(|f| ElfFile::from_file(f, size));
+            match elf {
+                Ok(elf) => {
+                    let (gnu, go) = elf.build_ids();
+                    file.is_elf = true;
+                    file.build_id_gnu = gnu;
+                    file.build_id_go = go;
+                    file.is_go = elf.gopclntab().is_some();
+                }
+                Err(e) if e.is_malformed() => {
+                    file.rejected = Some(format!("{}: {e}", location.path().display()));
+                }
+                // Opened, but not ELF64 LE: another location gives the same file.
+                Err(_) => {}
+            }
+            return file;
         }
+        file
     }
 }
 
@@ -317,20 +368,25 @@ impl Mapping {
         }
     }
 
-    /// Paths through which this mapping's file can be opened from this process, best
-    /// first: `/proc/<pid>/map_files/<range>` (the very file mapped, even deleted or in
-    /// another mount namespace; needs root), then the path under `/proc/<pid>/root`.
-    pub fn read_paths(&self, procfs: &ProcFs, pid: u32) -> Vec<PathBuf> {
+    /// Where this mapping's file can be opened from this process, best first:
+    /// `/proc/<pid>/map_files/<range>` (the very file mapped, even deleted or in another
+    /// mount namespace; needs root), then the path resolved inside `/proc/<pid>/root`.
+    pub fn locations(&self, procfs: &ProcFs, pid: u32) -> Vec<FileLocation> {
         if self.kind != MappingKind::File {
             return Vec::new();
         }
-        let mut paths =
-            vec![procfs.pid_path(pid, &format!("map_files/{:x}-{:x}", self.start, self.end))];
-        if !self.deleted {
-            let relative = self.path.trim_start_matches('/');
-            paths.push(procfs.pid_path(pid, "root").join(relative));
+        let mut out = vec![FileLocation::MapFiles(procfs.pid_path(
+            pid,
+            &format!("map_files/{:x}-{:x}", self.start, self.end),
+        ))];
+        let relative = self.path.trim_start_matches('/');
+        if !self.deleted && !relative.is_empty() {
+            out.push(FileLocation::InRoot {
+                root: procfs.pid_path(pid, "root"),
+                path: PathBuf::from(relative),
+            });
         }
-        paths
+        out
     }
 }
 
@@ -399,6 +455,7 @@ impl Process {
 #[derive(Debug, Default)]
 pub struct FileCache {
     files: HashMap<FileKey, Arc<ExecutableFile>>,
+    counters: Arc<BadInputCounters>,
 }
 
 impl FileCache {
@@ -410,11 +467,20 @@ impl FileCache {
         self.files.is_empty()
     }
 
-    pub fn get_or_read(&mut self, key: FileKey, paths: &[PathBuf]) -> Arc<ExecutableFile> {
+    pub fn get_or_read(
+        &mut self,
+        key: FileKey,
+        locations: &[FileLocation],
+        mapped_inode: u64,
+    ) -> Arc<ExecutableFile> {
         if let Some(f) = self.files.get(&key).filter(|f| f.readable) {
             return f.clone();
         }
-        let file = Arc::new(ExecutableFile::read(key.clone(), paths));
+        let file = Arc::new(ExecutableFile::read(key.clone(), locations, mapped_inode));
+        if let Some(reason) = &file.rejected {
+            self.counters.files_rejected.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(reason = %reason, "mapped file refused");
+        }
         self.files.insert(key, file.clone());
         file
     }
@@ -455,9 +521,22 @@ pub struct ProcessTable {
 
 impl ProcessTable {
     pub fn new(procfs: ProcFs, grace: Duration, filter: Filter) -> Self {
+        Self::with_counters(procfs, grace, filter, Arc::default())
+    }
+
+    /// A table that counts the files it refuses in `counters`.
+    pub fn with_counters(
+        procfs: ProcFs,
+        grace: Duration,
+        filter: Filter,
+        counters: Arc<BadInputCounters>,
+    ) -> Self {
         ProcessTable {
             procfs,
-            files: FileCache::default(),
+            files: FileCache {
+                files: HashMap::new(),
+                counters,
+            },
             processes: HashMap::new(),
             grace_ns: u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX),
             filter,
@@ -566,7 +645,7 @@ impl ProcessTable {
         {
             return false;
         }
-        let Ok(maps) = fs::read_to_string(self.procfs.pid_path(pid, "maps")) else {
+        let Ok(maps) = read_maps(&self.procfs.pid_path(pid, "maps")) else {
             return false;
         };
         let mappings = self.mappings_from(pid, &maps);
@@ -622,12 +701,12 @@ impl ProcessTable {
             .and_then(|c| container_id_from_cgroup(&c));
         p.allowed = self.filter.allows(&p);
         if p.allowed && !self.env_vars.is_empty() {
-            p.env = fs::read(self.procfs.pid_path(pid, "environ"))
+            p.env = read_capped(&self.procfs.pid_path(pid, "environ"), MAX_ENVIRON_BYTES)
                 .map(|raw| select_env(&raw, &self.env_vars))
                 .unwrap_or_default();
         }
         if p.allowed
-            && let Ok(maps) = fs::read_to_string(self.procfs.pid_path(pid, "maps"))
+            && let Ok(maps) = read_maps(&self.procfs.pid_path(pid, "maps"))
         {
             p.mappings = self.mappings_from(pid, &maps);
         }
@@ -674,9 +753,9 @@ impl ProcessTable {
                 } else {
                     FileKey::Path(mapping.path.clone())
                 };
-                let paths = mapping.read_paths(&self.procfs, pid);
-                let file = self.files.get_or_read(key, &paths);
-                record_host_executable(&file, &paths);
+                let locations = mapping.locations(&self.procfs, pid);
+                let file = self.files.get_or_read(key, &locations, e.inode);
+                record_host_executable(&file, &locations);
                 mapping.file = Some(file);
             }
             out.push(Arc::new(mapping));
@@ -687,13 +766,16 @@ impl ProcessTable {
 }
 
 /// Tells exporters that upload debug information (arrow's `debuginfo`) where this file
-/// opens from the host, under each build id it has.
-fn record_host_executable(file: &ExecutableFile, paths: &[PathBuf]) {
-    if !file.is_elf {
+/// opens from the host, under each build id it has, and installs the checked opener
+/// they must open it with. A refused file is not recorded.
+fn record_host_executable(file: &ExecutableFile, locations: &[FileLocation]) {
+    if !file.is_elf || file.rejected.is_some() {
         return;
     }
+    profcol_core::host_executables::set_opener(crate::safe_file::open_recorded);
+    let paths: Vec<PathBuf> = locations.iter().map(FileLocation::path).collect();
     for id in file.build_id_gnu_hex().iter().chain(&file.build_id_go) {
-        profcol_core::host_executables::record(id, paths);
+        profcol_core::host_executables::record(id, &paths);
     }
 }
 
@@ -968,18 +1050,74 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
     fn unreadable_files_are_read_again_and_readable_ones_once() {
         let mut cache = FileCache::default();
         let key = FileKey::Inode { dev: 1, inode: 2 };
-        let missing = cache.get_or_read(key.clone(), &[PathBuf::from("/nonexistent/x")]);
+        let host = |p: &Path| [FileLocation::Host(p.to_path_buf())];
+        let missing = cache.get_or_read(key.clone(), &host(Path::new("/nonexistent/x")), 0);
         assert!(!missing.readable && !missing.is_elf);
         let exe = std::env::current_exe().expect("exe");
-        let found = cache.get_or_read(key.clone(), std::slice::from_ref(&exe));
-        assert!(found.readable && found.is_elf);
-        let again = cache.get_or_read(key, &[PathBuf::from("/nonexistent/x")]);
+        let found = cache.get_or_read(key.clone(), &host(&exe), 0);
+        assert!(found.readable && found.is_elf && found.rejected.is_none());
+        let again = cache.get_or_read(key, &host(Path::new("/nonexistent/x")), 0);
         assert!(Arc::ptr_eq(&found, &again), "cached");
         let not_elf = ExecutableFile::read(
             FileKey::Path("/proc/self/status".into()),
-            &[PathBuf::from("/proc/self/status")],
+            &host(Path::new("/proc/self/status")),
+            0,
         );
-        assert!(not_elf.readable && !not_elf.is_elf);
+        assert!(not_elf.readable && !not_elf.is_elf && not_elf.rejected.is_none());
+        assert_eq!(cache.counters.files_rejected.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn links_fifos_other_inodes_and_malformed_elf_are_refused_and_counted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let exe = std::env::current_exe().expect("exe");
+        std::os::unix::fs::symlink(&exe, d.join("link")).expect("symlink");
+        let status = std::process::Command::new("mkfifo")
+            .arg(d.join("fifo"))
+            .status()
+            .expect("mkfifo");
+        assert!(status.success());
+        // An ELF header claiming 65535 program headers of 65535 bytes each.
+        let mut header = vec![0u8; 64];
+        header[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        header[32..40].copy_from_slice(&64u64.to_le_bytes());
+        header[54..56].copy_from_slice(&u16::MAX.to_le_bytes());
+        header[56..58].copy_from_slice(&u16::MAX.to_le_bytes());
+        fs::write(d.join("huge"), &header).expect("write");
+        let counters = Arc::new(BadInputCounters::default());
+        let mut cache = FileCache {
+            files: HashMap::new(),
+            counters: counters.clone(),
+        };
+        let exe_inode = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&exe).expect("meta"));
+        for (i, (name, inode)) in [("link", 0), ("fifo", 0), ("huge", 0), ("real", exe_inode + 1)]
+            .into_iter()
+            .enumerate()
+        {
+            let path = if name == "real" { exe.clone() } else { d.join(name) };
+            let key = FileKey::Inode { dev: 9, inode: i as u64 };
+            let f = cache.get_or_read(key.clone(), &[FileLocation::Host(path)], inode);
+            assert!(f.rejected.is_some(), "{name} refused");
+            assert!(f.build_id_gnu.is_none() && !f.is_go, "{name}");
+            // Not read (nor counted) again.
+            let again = cache.get_or_read(key, &[], 0);
+            assert!(Arc::ptr_eq(&f, &again));
+        }
+        assert_eq!(counters.files_rejected.load(Ordering::Relaxed), 4);
+    }
+
+    #[test]
+    fn maps_past_the_cap_are_cut_at_a_whole_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("maps");
+        let line = "00400000-00500000 r-xp 00000000 00:00 0 /some/long/path/to/a/binary\n";
+        let lines = MAX_MAPS_BYTES as usize / line.len() + 10;
+        fs::write(&path, line.repeat(lines)).expect("write");
+        let text = read_maps(&path).expect("read");
+        assert!(text.len() as u64 <= MAX_MAPS_BYTES);
+        assert!(text.ends_with('\n'));
+        assert_eq!(parse_maps(&text).len(), text.len() / line.len());
     }
 
     /// A fake /proc tree: comm, exe link, cgroup, maps and stat for one pid.

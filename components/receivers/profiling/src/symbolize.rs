@@ -14,18 +14,21 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::mpsc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use blazesym::MaybeDefault;
 use blazesym::symbolize::source::{Elf, Kernel, Source};
 use blazesym::symbolize::{self as bz, Input};
 
+use crate::BadInputCounters;
 use crate::elf::{ElfFile, ProgramHeader, file_offset_to_vaddr};
-use crate::gopclntab::GoTable;
+use crate::gopclntab::{GoTable, GoTableError};
 use crate::process::{ExecutableFile, FileKey, MappingKind};
+use crate::safe_file::{FileLocation, VerifiedFile};
 
 /// blazesym is rebuilt (dropping every parsed file and the kallsyms copy) this often, or
 /// once this many files went through it, so memory stays bounded and kallsyms fresh.
@@ -33,6 +36,9 @@ const REBUILD_AFTER: Duration = Duration::from_secs(3600);
 const REBUILD_AFTER_FILES: usize = 1024;
 /// Above this many cached frames, the result cache starts over.
 const MAX_CACHED_FRAMES: usize = 1_000_000;
+/// Go function tables kept in memory at most, all files together (each is at most
+/// `elf::MAX_SECTION_SIZE`); past it the Go cache starts over.
+pub const MAX_GO_TABLE_BYTES: usize = 512 << 20;
 
 /// The name of the pseudo frame that ends a truncated stack.
 pub const TRUNCATED_FRAME: &str = "[truncated]";
@@ -106,9 +112,9 @@ pub type Resolved = Option<Arc<Symbolized>>;
 pub struct FileRequest {
     pub kind: MappingKind,
     pub file: Option<Arc<ExecutableFile>>,
-    /// Where the file can be opened, best first (`/proc/<pid>/map_files/...`,
-    /// `/proc/<pid>/root/...`).
-    pub paths: Vec<PathBuf>,
+    /// Where the file can be opened, best first (`/proc/<pid>/map_files/...`, then the
+    /// path inside `/proc/<pid>/root`). The file opened must be the inode first read.
+    pub locations: Vec<FileLocation>,
     /// The path on this host, used only when its build id is the file's (the process is
     /// gone, so its `/proc` paths are too).
     pub host_path: Option<PathBuf>,
@@ -123,37 +129,51 @@ enum Job {
 
 /// A handle on the symbolizing thread. `Send` and `Sync`; dropping the last handle ends
 /// the thread.
+///
+/// A panic while symbolizing (blazesym or our readers meeting a file made to break
+/// them) does not end symbolization: the thread's state is dropped and built again, the
+/// file that caused it is never read again, and the restart is counted
+/// ([`BadInputCounters::symbolizer_restarts`]). A thread found gone is started again
+/// (and counted) on the next request.
 #[derive(Debug)]
 pub struct Symbolizer {
-    tx: Option<mpsc::Sender<Job>>,
+    tx: Mutex<Option<mpsc::Sender<Job>>>,
+    options: SymbolizerOptions,
+    counters: Arc<BadInputCounters>,
 }
 
 impl Symbolizer {
     pub fn new(options: SymbolizerOptions) -> Self {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let spawned = std::thread::Builder::new()
-            .name("profcol-symbolize".into())
-            .spawn(move || {
-                let mut worker = Worker::new(options);
-                while let Ok(job) = rx.recv() {
-                    match job {
-                        Job::Files(requests, reply) => {
-                            let out = requests.iter().map(|r| worker.file(r)).collect();
-                            let _ = reply.send(out);
-                        }
-                        Job::Kernel(addrs, reply) => {
-                            let _ = reply.send(worker.kernel(&addrs));
-                        }
-                    }
-                }
-            });
-        match spawned {
-            Ok(_) => Symbolizer { tx: Some(tx) },
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot start the symbolizer thread; frames stay unsymbolized");
-                Symbolizer { tx: None }
+        Self::with_counters(options, Arc::default())
+    }
+
+    /// A symbolizer that counts refused files and restarts in `counters`.
+    pub fn with_counters(options: SymbolizerOptions, counters: Arc<BadInputCounters>) -> Self {
+        let tx = spawn(options.clone(), counters.clone());
+        Symbolizer {
+            tx: Mutex::new(tx),
+            options,
+            counters,
+        }
+    }
+
+    /// Sends a job, starting the thread again if it is gone. None: no thread.
+    fn send<T>(&self, make: impl Fn(mpsc::Sender<T>) -> Job) -> Option<mpsc::Receiver<T>> {
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        for attempt in 0..2 {
+            if attempt > 0 || tx.is_none() {
+                self.counters
+                    .symbolizer_restarts
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("the symbolizer thread was gone: starting it again");
+                *tx = spawn(self.options.clone(), self.counters.clone());
+            }
+            let (reply, answer) = mpsc::channel();
+            if tx.as_ref()?.send(make(reply)).is_ok() {
+                return Some(answer);
             }
         }
+        None
     }
 
     /// One answer per offset of every request, in order; `None` where nothing is known.
@@ -162,23 +182,90 @@ impl Symbolizer {
             .iter()
             .map(|r| vec![None; r.offsets.len()])
             .collect();
-        let Some(tx) = &self.tx else { return empty };
-        let (reply, answer) = mpsc::channel();
-        if tx.send(Job::Files(requests, reply)).is_err() {
-            return empty;
-        }
-        answer.recv().unwrap_or(empty)
+        self.send(|reply| Job::Files(requests.clone(), reply))
+            .and_then(|answer| answer.recv().ok())
+            .unwrap_or(empty)
     }
 
     /// Kernel addresses through kallsyms.
     pub fn symbolize_kernel(&self, addrs: Vec<u64>) -> Vec<Resolved> {
         let empty = vec![None; addrs.len()];
-        let Some(tx) = &self.tx else { return empty };
-        let (reply, answer) = mpsc::channel();
-        if tx.send(Job::Kernel(addrs, reply)).is_err() {
-            return empty;
+        self.send(|reply| Job::Kernel(addrs.clone(), reply))
+            .and_then(|answer| answer.recv().ok())
+            .unwrap_or(empty)
+    }
+}
+
+fn spawn(options: SymbolizerOptions, counters: Arc<BadInputCounters>) -> Option<mpsc::Sender<Job>> {
+    let (tx, rx) = mpsc::channel::<Job>();
+    let spawned = std::thread::Builder::new()
+        .name("profcol-symbolize".into())
+        .spawn(move || run(options, counters, rx));
+    match spawned {
+        Ok(_) => Some(tx),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the symbolizer thread; frames stay unsymbolized");
+            None
         }
-        answer.recv().unwrap_or(empty)
+    }
+}
+
+/// The symbolizing thread's loop: every request under `catch_unwind`.
+fn run(options: SymbolizerOptions, counters: Arc<BadInputCounters>, rx: mpsc::Receiver<Job>) {
+    // Files that made symbolization panic: never read again (kept across restarts).
+    let mut poisoned: HashSet<CacheKey> = HashSet::new();
+    let mut worker = Worker::new(options.clone(), counters.clone());
+    let restart = |worker: &mut Worker, what: &str| {
+        counters.symbolizer_restarts.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(what, "the symbolizer panicked: starting it again");
+        *worker = Worker::new(options.clone(), counters.clone());
+    };
+    while let Ok(job) = rx.recv() {
+        match job {
+            Job::Files(requests, reply) => {
+                let mut out = Vec::with_capacity(requests.len());
+                for request in &requests {
+                    let key = cache_key(request);
+                    if key.as_ref().is_some_and(|k| poisoned.contains(k)) {
+                        out.push(vec![None; request.offsets.len()]);
+                        continue;
+                    }
+                    match catch_unwind(AssertUnwindSafe(|| worker.file(request))) {
+                        Ok(found) => out.push(found),
+                        Err(_) => {
+                            poisoned.extend(key);
+                            counters.files_rejected.fetch_add(1, Ordering::Relaxed);
+                            restart(&mut worker, "a file");
+                            out.push(vec![None; request.offsets.len()]);
+                        }
+                    }
+                }
+                let _ = reply.send(out);
+            }
+            Job::Kernel(addrs, reply) => {
+                match catch_unwind(AssertUnwindSafe(|| worker.kernel(&addrs))) {
+                    Ok(found) => {
+                        let _ = reply.send(found);
+                    }
+                    Err(_) => {
+                        restart(&mut worker, "kernel symbols");
+                        let _ = reply.send(vec![None; addrs.len()]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The key results of a request are cached under; None for what is not symbolized.
+fn cache_key(request: &FileRequest) -> Option<CacheKey> {
+    match (request.kind, &request.file) {
+        (MappingKind::Vdso, _) => Some(CacheKey::Vdso),
+        (MappingKind::File, Some(f)) => Some(match &f.build_id_gnu {
+            Some(id) => CacheKey::BuildId(id.clone()),
+            None => CacheKey::File(f.key.clone()),
+        }),
+        _ => None,
     }
 }
 
@@ -196,6 +283,9 @@ struct GoFile {
 
 struct Worker {
     options: SymbolizerOptions,
+    counters: Arc<BadInputCounters>,
+    /// Bytes of the Go tables in `go`.
+    go_bytes: usize,
     blaze: bz::Symbolizer,
     built_at: Instant,
     files_seen: HashSet<CacheKey>,
@@ -210,10 +300,12 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(options: SymbolizerOptions) -> Self {
+    fn new(options: SymbolizerOptions, counters: Arc<BadInputCounters>) -> Self {
         let blaze = build_blazesym(&options);
         Worker {
             options,
+            counters,
+            go_bytes: 0,
             blaze,
             built_at: Instant::now(),
             files_seen: HashSet::new(),
@@ -233,6 +325,7 @@ impl Worker {
             self.built_at = Instant::now();
             self.files_seen.clear();
             self.go.clear();
+            self.go_bytes = 0;
             self.kernel.clear();
             self.kallsyms_usable = None;
         }
@@ -243,14 +336,13 @@ impl Worker {
     }
 
     fn file(&mut self, request: &FileRequest) -> Vec<Resolved> {
+        #[cfg(test)]
+        if request.offsets.contains(&tests::PANIC_OFFSET) {
+            panic!("test: a file that breaks the symbolizer");
+        }
         self.maybe_rebuild();
-        let key = match (request.kind, &request.file) {
-            (MappingKind::Vdso, _) => CacheKey::Vdso,
-            (MappingKind::File, Some(f)) => match &f.build_id_gnu {
-                Some(id) => CacheKey::BuildId(id.clone()),
-                None => CacheKey::File(f.key.clone()),
-            },
-            _ => return vec![None; request.offsets.len()],
+        let Some(key) = cache_key(request) else {
+            return vec![None; request.offsets.len()];
         };
         let cached = self.results.entry(key.clone()).or_default();
         let mut out: Vec<Resolved> = Vec::with_capacity(request.offsets.len());
@@ -285,16 +377,24 @@ impl Worker {
     /// Symbolizes `offsets` (sorted, distinct) of one file.
     fn resolve(&mut self, key: &CacheKey, request: &FileRequest, offsets: &[u64]) -> Vec<Resolved> {
         let mut out: Vec<Resolved> = vec![None; offsets.len()];
-        let path = match request.kind {
-            MappingKind::Vdso => self.vdso_path(),
-            _ => pick_path(request),
-        };
-        let Some(path) = path else {
-            return out;
+        // The file is opened once, checked; blazesym reads it through /proc/self/fd, so
+        // whatever is put at its path meanwhile is not what it reads.
+        let (path, opened) = match request.kind {
+            MappingKind::Vdso => match self.vdso_path() {
+                Some(p) => (p, None),
+                None => return out,
+            },
+            _ => match self.open_file(request) {
+                Some(f) => (f.fd_path(), Some(f)),
+                None => return out,
+            },
         };
         self.files_seen.insert(key.clone());
         let is_go = request.file.as_ref().is_some_and(|f| f.is_go);
-        if is_go && let Some(go) = self.go_file(key, &path) {
+        if is_go
+            && let Some(opened) = &opened
+            && let Some(go) = self.go_file(key, opened)
+        {
             for (slot, &off) in out.iter_mut().zip(offsets) {
                 let frame = file_offset_to_vaddr(&go.program_headers, off)
                     .and_then(|vaddr| go.table.lookup(vaddr));
@@ -340,23 +440,59 @@ impl Worker {
         out
     }
 
-    fn go_file(&mut self, key: &CacheKey, path: &Path) -> Option<Arc<GoFile>> {
-        self.go
-            .entry(key.clone())
-            .or_insert_with(|| {
-                let elf = ElfFile::open(path).ok()?;
-                match GoTable::from_elf(&elf) {
-                    Ok(table) => Some(Arc::new(GoFile {
-                        table,
-                        program_headers: elf.program_headers.clone(),
-                    })),
-                    Err(e) => {
-                        tracing::debug!(path = %path.display(), error = %e, "no Go function table");
-                        None
-                    }
+    /// The request's file, opened and checked to be the inode first read; else, for a
+    /// process gone, the host path when its build id is the file's.
+    fn open_file(&self, request: &FileRequest) -> Option<VerifiedFile> {
+        let file = request.file.as_ref()?;
+        if file.rejected.is_some() {
+            return None;
+        }
+        for location in &request.locations {
+            match VerifiedFile::open(location, file.inode) {
+                Ok(f) => return Some(f),
+                Err(e) if e.is_suspicious() => {
+                    self.counters.files_rejected.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(path = %location.path().display(), error = %e, "mapped file refused");
+                    return None;
                 }
+                Err(_) => continue,
+            }
+        }
+        let host = request.host_path.as_ref()?;
+        let want = file.build_id_gnu.as_ref()?;
+        let opened = VerifiedFile::open(&FileLocation::Host(host.clone()), None).ok()?;
+        let elf = ElfFile::from_file(opened.try_clone_file().ok()?, opened.size()).ok()?;
+        (elf.gnu_build_id().as_ref() == Some(want)).then_some(opened)
+    }
+
+    fn go_file(&mut self, key: &CacheKey, opened: &VerifiedFile) -> Option<Arc<GoFile>> {
+        if let Some(known) = self.go.get(key) {
+            return known.clone();
+        }
+        let elf = ElfFile::from_file(opened.try_clone_file().ok()?, opened.size()).ok()?;
+        let table = match GoTable::from_elf(&elf) {
+            Ok(table) => Some(table),
+            Err(e) => {
+                if matches!(e, GoTableError::Malformed(_)) {
+                    self.counters.files_rejected.fetch_add(1, Ordering::Relaxed);
+                }
+                tracing::debug!(path = %opened.path().display(), error = %e, "no Go function table");
+                None
+            }
+        };
+        let go = table.map(|table| {
+            if self.go_bytes + table.byte_len() > MAX_GO_TABLE_BYTES {
+                self.go.clear();
+                self.go_bytes = 0;
+            }
+            self.go_bytes += table.byte_len();
+            Arc::new(GoFile {
+                table,
+                program_headers: elf.program_headers.clone(),
             })
-            .clone()
+        });
+        self.go.insert(key.clone(), go.clone());
+        go
     }
 
     fn vdso_path(&mut self) -> Option<PathBuf> {
@@ -435,22 +571,6 @@ fn build_blazesym(options: &SymbolizerOptions) -> bz::Symbolizer {
         .build()
 }
 
-/// The first of the request's paths that exists; else the host path, if its build id is
-/// the file's.
-fn pick_path(request: &FileRequest) -> Option<PathBuf> {
-    if let Some(p) = request
-        .paths
-        .iter()
-        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file()))
-    {
-        return Some(p.clone());
-    }
-    let host = request.host_path.as_ref()?;
-    let want = request.file.as_ref()?.build_id_gnu.as_ref()?;
-    let have = ElfFile::open(host).ok()?.gnu_build_id()?;
-    (have == *want).then(|| host.clone())
-}
-
 /// OTLP lines from a blazesym symbol: inlined functions innermost first, then the function
 /// the code is compiled into. blazesym lists inlined functions outermost first, each with
 /// the location inside it.
@@ -511,6 +631,9 @@ mod tests {
     use std::borrow::Cow;
     use std::ffi::OsStr;
 
+    /// An offset that makes the worker panic (tests only).
+    pub(super) const PANIC_OFFSET: u64 = 0xdead_0ff5_e700_0000;
+
     #[inline(never)]
     fn profcol_symbolize_marker(x: u64) -> u64 {
         std::hint::black_box(x.wrapping_mul(31).rotate_left(7))
@@ -535,7 +658,7 @@ mod tests {
         let request = FileRequest {
             kind: m.kind,
             file: m.file.clone(),
-            paths: m.read_paths(&ProcFs::default(), pid),
+            locations: m.locations(&ProcFs::default(), pid),
             host_path: Some(PathBuf::from(&m.path)),
             offsets: vec![m.file_offset(addr), m.file_offset(addr + 1)],
         };
@@ -573,7 +696,7 @@ mod tests {
         let gone = |host: &str| FileRequest {
             kind: m.kind,
             file: m.file.clone(),
-            paths: vec![PathBuf::from("/proc/0/map_files/none")],
+            locations: vec![FileLocation::MapFiles("/proc/0/map_files/none".into())],
             host_path: Some(PathBuf::from(host)),
             offsets: vec![m.file_offset(addr)],
         };
@@ -588,6 +711,8 @@ mod tests {
             build_id_gnu: Some(vec![1; 20]),
             build_id_go: None,
             is_go: false,
+            inode: None,
+            rejected: None,
         }));
         assert_eq!(s.symbolize_files(vec![other]), vec![vec![None]]);
     }
@@ -604,8 +729,10 @@ mod tests {
                 build_id_gnu: None,
                 build_id_go: None,
                 is_go: false,
+                inode: None,
+                rejected: None,
             })),
-            paths: vec![PathBuf::from("/nonexistent/binary")],
+            locations: vec![FileLocation::Host("/nonexistent/binary".into())],
             host_path: None,
             offsets: vec![0x1000, 0x2000],
         };
@@ -624,7 +751,7 @@ mod tests {
         let out = s.symbolize_files(vec![FileRequest {
             kind: MappingKind::Vdso,
             file: None,
-            paths: Vec::new(),
+            locations: Vec::new(),
             host_path: None,
             offsets: vec![text.offset + text.size / 2],
         }]);
@@ -763,6 +890,81 @@ mod tests {
                 ("f", Some("/src/f.c"), 10, 3),
             ]
         );
+    }
+
+    #[test]
+    fn a_panic_restarts_the_symbolizer_counts_it_and_skips_that_file_after() {
+        let _ = profcol_symbolize_marker(1);
+        let addr = profcol_symbolize_marker as *const () as usize as u64;
+        let (m, pid) = own_mapping(addr);
+        let counters = Arc::new(BadInputCounters::default());
+        let s = Symbolizer::with_counters(SymbolizerOptions::default(), counters.clone());
+        let request = |offsets: Vec<u64>| FileRequest {
+            kind: m.kind,
+            file: m.file.clone(),
+            locations: m.locations(&ProcFs::default(), pid),
+            host_path: None,
+            offsets,
+        };
+        let out = s.symbolize_files(vec![request(vec![m.file_offset(addr), PANIC_OFFSET])]);
+        assert_eq!(out, vec![vec![None, None]], "the panicking file gives nothing");
+        assert_eq!(counters.symbolizer_restarts.load(Ordering::Relaxed), 1);
+        assert_eq!(counters.files_rejected.load(Ordering::Relaxed), 1);
+        // The file is not read again, and the symbolizer still works for others.
+        assert_eq!(
+            s.symbolize_files(vec![request(vec![m.file_offset(addr)])]),
+            vec![vec![None]]
+        );
+        let kallsyms = tempfile::NamedTempFile::new().expect("tmp");
+        fs::write(kallsyms.path(), "ffffffff81001000 T alpha\nffffffff81002000 T beta\n")
+            .expect("write");
+        let s2 = Symbolizer::with_counters(
+            SymbolizerOptions {
+                kallsyms: kallsyms.path().to_path_buf(),
+                ..SymbolizerOptions::default()
+            },
+            counters.clone(),
+        );
+        let _ = s2.symbolize_files(vec![request(vec![PANIC_OFFSET])]);
+        let k = s2.symbolize_kernel(vec![0xffffffff81001010]);
+        assert_eq!(k[0].as_ref().map(|f| f.lines[0].function.as_str()), Some("alpha"));
+        assert_eq!(counters.symbolizer_restarts.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_file_swapped_after_it_was_read_is_not_symbolized() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let exe = std::env::current_exe().expect("exe");
+        let copy = dir.path().join("app");
+        fs::copy(&exe, &copy).expect("copy");
+        let counters = Arc::new(BadInputCounters::default());
+        let key = FileKey::Path(copy.display().to_string());
+        let location = FileLocation::Host(copy.clone());
+        let file = Arc::new(ExecutableFile::read(key, std::slice::from_ref(&location), 0));
+        assert!(file.is_elf && file.inode.is_some());
+        let _ = profcol_symbolize_marker(1);
+        let addr = profcol_symbolize_marker as *const () as usize as u64;
+        let (m, _) = own_mapping(addr);
+        let request = FileRequest {
+            kind: MappingKind::File,
+            file: Some(file),
+            locations: vec![location],
+            host_path: None,
+            offsets: vec![m.file_offset(addr)],
+        };
+        let s = Symbolizer::with_counters(SymbolizerOptions::default(), counters.clone());
+        // A symlink to the same bytes now stands at the path.
+        fs::rename(&copy, dir.path().join("moved")).expect("rename");
+        std::os::unix::fs::symlink(dir.path().join("moved"), &copy).expect("symlink");
+        assert_eq!(s.symbolize_files(vec![request.clone()]), vec![vec![None]]);
+        assert_eq!(counters.files_rejected.load(Ordering::Relaxed), 1);
+        // Another file (another inode) with the same bytes: refused too.
+        fs::remove_file(&copy).expect("rm");
+        fs::copy(&exe, &copy).expect("copy");
+        let mut fresh = request.clone();
+        fresh.offsets.push(m.file_offset(addr) + 1);
+        assert_eq!(s.symbolize_files(vec![fresh]), vec![vec![None, None]]);
+        assert_eq!(counters.files_rejected.load(Ordering::Relaxed), 2);
     }
 
     #[test]

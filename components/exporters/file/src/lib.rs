@@ -3,10 +3,14 @@
 //! as 4 bytes big-endian. Writes are buffered and flushed every `flush_interval` and at
 //! shutdown; with a `rotation` block the file is rotated by size, lumberjack-style.
 //!
-//! Errors: an IO error that may pass (`Interrupted`, `WouldBlock`, `TimedOut`) is
-//! retryable; every other (disk full, permission denied, no such directory...) is
-//! permanent, since retrying within the helper's budget rarely helps and would only hold
-//! the pipeline.
+//! Errors: an IO error that may pass is retryable: `Interrupted`, `WouldBlock`,
+//! `TimedOut`, and a full disk (ENOSPC) or quota (EDQUOT), which free up; the failed
+//! message is cut off the file, so the retry writes it once. Every other (permission
+//! denied, no such directory, a read-only file system...) is permanent.
+//!
+//! The file and the folders `create_directory` makes are created 0600 and 0700 (less the
+//! umask); otelcol's file exporter has no key to change that. A file that exists keeps
+//! its mode.
 
 mod backup;
 mod config;
@@ -22,7 +26,7 @@ use async_trait::async_trait;
 use profcol_core::component::{
     BuildError, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
 };
-use profcol_core::exporterhelper::{ExporterHelperSettings, QueueSettings};
+use profcol_core::exporterhelper::{ExporterHelperSettings, QueueSettings, disk};
 use profcol_core::pdata::ProfileBatch;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
@@ -91,7 +95,7 @@ impl From<WriteError> for ExportError {
     fn from(e: WriteError) -> Self {
         let retryable = matches!(
             &e,
-            WriteError::Io { source, .. } if is_transient(source.kind())
+            WriteError::Io { source, .. } if disk::is_retryable_io(source)
         );
         if retryable {
             ExportError::retryable(e.to_string())
@@ -99,13 +103,6 @@ impl From<WriteError> for ExportError {
             ExportError::permanent(e.to_string())
         }
     }
-}
-
-fn is_transient(kind: io::ErrorKind) -> bool {
-    matches!(
-        kind,
-        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
 }
 
 /// The background flusher: not yet started, running, or stopped for good.
@@ -130,7 +127,7 @@ impl FileExporter {
         if config.create_directory
             && let Some(dir) = config.path.parent().filter(|d| !d.as_os_str().is_empty())
         {
-            std::fs::create_dir_all(dir)?;
+            disk::create_private_dir_all(dir)?;
         }
         let writer = FileWriter::open(
             &config.path,

@@ -487,7 +487,7 @@ fn create_reports_a_missing_directory_unless_asked_to_make_it() {
 }
 
 #[test]
-fn transient_io_errors_are_retryable_and_the_rest_permanent() {
+fn transient_and_disk_full_errors_are_retryable_and_the_rest_permanent() {
     let err = |kind| {
         ExportError::from(WriteError::Io {
             path: "p".into(),
@@ -498,11 +498,13 @@ fn transient_io_errors_are_retryable_and_the_rest_permanent() {
         io::ErrorKind::Interrupted,
         io::ErrorKind::WouldBlock,
         io::ErrorKind::TimedOut,
+        io::ErrorKind::StorageFull,
+        io::ErrorKind::QuotaExceeded,
     ] {
         assert!(err(kind).is_retryable(), "{kind:?}");
     }
     for kind in [
-        io::ErrorKind::StorageFull,
+        io::ErrorKind::ReadOnlyFilesystem,
         io::ErrorKind::PermissionDenied,
         io::ErrorKind::NotFound,
         io::ErrorKind::Other,
@@ -517,7 +519,7 @@ fn transient_io_errors_are_retryable_and_the_rest_permanent() {
 
 /// `/dev/full` fails every write with ENOSPC, as a full disk does.
 #[tokio::test]
-async fn a_full_disk_is_a_permanent_error() {
+async fn a_full_disk_is_a_retryable_error() {
     let full = Path::new("/dev/full");
     if !full.exists() {
         return;
@@ -528,7 +530,89 @@ async fn a_full_disk_is_a_permanent_error() {
     };
     let exporter = FileExporter::open(&c, None).expect("open");
     let e = exporter.export(numbered(1)).await.expect_err("disk full");
-    assert!(!e.is_retryable());
+    assert!(e.is_retryable());
     assert!(e.to_string().starts_with("writing /dev/full: "), "{e}");
     exporter.shutdown().await.expect("nothing left to write");
+}
+
+/// A real full disk (a filled 64 KiB tmpfs) behind the exporter helper: the batch is
+/// retried, nothing half-written stays in the file, and once space is freed the batch
+/// arrives exactly once.
+#[tokio::test]
+async fn a_batch_refused_by_a_full_disk_arrives_once_space_is_freed() {
+    use profcol_core::exporterhelper::{ExporterHandle, RetrySettings, disk, panic_counter};
+    let Some(tiny) = disk::testing::TinyDisk::mount("file-exporter", 64) else {
+        return;
+    };
+    let path = tiny.dir.join("out/profiles.json");
+    let c = Config {
+        flush_interval: Duration::ZERO,
+        create_directory: true,
+        ..config(&path, Format::Json)
+    };
+    let mut settings = FileExporterFactory.helper_settings(&c);
+    settings.retry = RetrySettings {
+        initial_interval: Duration::from_millis(20),
+        max_interval: Duration::from_millis(100),
+        max_elapsed_time: Duration::from_secs(30),
+        ..RetrySettings::default()
+    };
+    let exporter = Arc::new(FileExporter::open(&c, None).expect("open"));
+    let t = Telemetry::new();
+    let handle = ExporterHandle::start(
+        ComponentId::new("file", None),
+        exporter,
+        &settings,
+        profcol_core::telemetry::ExporterCounters::new(&t, "file"),
+        panic_counter(&t, "exporter/file"),
+        None,
+    )
+    .expect("start");
+    handle.consume(numbered(1)).await.expect("written");
+    let filler = tiny.dir.join("filler");
+    tiny.fill(&filler);
+    // go_cpu is tens of KiB as JSON: it cannot fit while the disk is full.
+    let big = go_cpu();
+    let pending = tokio::spawn({
+        let handle = handle.clone();
+        let big = big.clone();
+        async move { handle.consume(big).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !pending.is_finished(),
+        "still retrying while the disk is full"
+    );
+    assert_eq!(
+        read_batches(Format::Json, &path).len(),
+        1,
+        "no half-written message in the file"
+    );
+    std::fs::remove_file(&filler).expect("free the disk");
+    pending
+        .await
+        .expect("joined")
+        .expect("written once there is room");
+    handle.shutdown(Duration::from_secs(5)).await;
+    let written = read_batches(Format::Json, &path);
+    assert_eq!(written.len(), 2);
+    assert_eq!(number_of(&written[0]), 1);
+    assert_eq!(written[1].sample_count(), big.sample_count());
+}
+
+#[cfg(unix)]
+#[test]
+fn the_file_and_the_folders_it_makes_are_private() {
+    use profcol_core::exporterhelper::disk::testing::mode;
+    let dir = scratch("modes");
+    let path = dir.join("made/deeper/p.json");
+    let c = Config {
+        create_directory: true,
+        ..config(&path, Format::Json)
+    };
+    let _exporter = FileExporter::open(&c, None).expect("open");
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&dir.join("made")), 0o700);
+    assert_eq!(mode(&dir.join("made/deeper")), 0o700);
+    let _ = std::fs::remove_dir_all(dir);
 }

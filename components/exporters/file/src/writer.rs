@@ -6,7 +6,7 @@
 //! `/dev/stdout` cannot be cut), and the failed message is taken out of the buffer, so
 //! that a retry writes it once.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -172,8 +172,12 @@ impl Drop for FileWriter {
     }
 }
 
+/// Opens `path` for appending, creating it 0600.
 fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    profcol_core::exporterhelper::disk::private_open_options()
+        .create(true)
+        .append(true)
+        .open(path)
 }
 
 fn now_millis() -> u64 {

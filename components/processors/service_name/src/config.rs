@@ -6,8 +6,8 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Read `OTEL_SERVICE_NAME` / `OTEL_RESOURCE_ATTRIBUTES` from `/proc/PID/environ` of
-    /// the resource's `process.pid`, when the process runs on this host.
+    /// Name a resource from the `OTEL_SERVICE_NAME` / `OTEL_RESOURCE_ATTRIBUTES` the
+    /// profiling receiver recorded (`process.environment_variable.*`). No `/proc` is read.
     pub from_process_environment: bool,
     /// `plain` or `semconv`: how names derived from the executable are written.
     pub format: String,

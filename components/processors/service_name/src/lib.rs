@@ -1,7 +1,7 @@
 //! `service_name`: gives every resource a `service.name`, never overwriting one that is
 //! set. The name comes from the process's own `OTEL_SERVICE_NAME` /
-//! `OTEL_RESOURCE_ATTRIBUTES` (read from `/proc/PID/environ`), then Kubernetes workload
-//! names, then the executable.
+//! `OTEL_RESOURCE_ATTRIBUTES` (as the `profiling` receiver recorded them; this processor
+//! reads no `/proc`), then Kubernetes workload names, then the executable.
 
 mod config;
 mod environ;
@@ -12,8 +12,11 @@ use profcol_core::component::{
 };
 
 pub use config::{Config, Format};
-pub use environ::{EnvironCache, parse_resource_attributes_service_name, percent_decode};
-pub use processor::{K8S_PRECEDENCE, ServiceNameProcessor};
+pub use environ::{parse_resource_attributes_service_name, percent_decode};
+pub use processor::{
+    K8S_PRECEDENCE, RECORDED_RESOURCE_ATTRIBUTES, RECORDED_SERVICE_NAME, RecordedEnvironment,
+    ServiceNameProcessor,
+};
 
 pub struct ServiceNameFactory;
 
@@ -36,8 +39,12 @@ impl ProcessorFactory for ServiceNameFactory {
         let format = config
             .format()
             .map_err(|e| BuildError::new(&ctx.base.id, e.to_string()))?;
-        let environ = config.from_process_environment.then(EnvironCache::new);
-        Ok(Box::new(ServiceNameProcessor::new(format, environ)))
+        Ok(Box::new(ServiceNameProcessor::new(
+            format,
+            config
+                .from_process_environment
+                .then_some(RecordedEnvironment),
+        )))
     }
 }
 

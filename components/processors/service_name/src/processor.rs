@@ -7,7 +7,6 @@ use profcol_core::pdata::types::{AnyValue, KeyValue, Resource, Value};
 use profcol_core::pdata::{any_value_to_string, semconv};
 
 use crate::config::Format;
-use crate::environ::EnvironCache;
 
 /// The Kubernetes attributes a name is taken from, first present wins (the semantic
 /// conventions' precedence for `service.name` on Kubernetes).
@@ -21,34 +20,36 @@ pub const K8S_PRECEDENCE: [&str; 7] = [
     "k8s.container.name",
 ];
 
-const HOST_NAME: &str = "host.name";
 const UNKNOWN_SERVICE: &str = "unknown_service";
+/// What the `profiling` receiver records of a process's environment.
+pub const RECORDED_SERVICE_NAME: &str = "process.environment_variable.OTEL_SERVICE_NAME";
+pub const RECORDED_RESOURCE_ATTRIBUTES: &str =
+    "process.environment_variable.OTEL_RESOURCE_ATTRIBUTES";
 
+/// Decides names from the attributes alone: it reads no file, so it never blocks the
+/// async worker it runs on, and a `process.pid` a client sends never makes it look at a
+/// process of this host.
 pub struct ServiceNameProcessor {
     format: Format,
-    /// None: `from_process_environment: false`.
-    environ: Option<EnvironCache>,
-    /// This host's name, to tell local pids from those of other hosts.
-    hostname: Option<String>,
+    /// `from_process_environment`: use the variables the profiling receiver recorded.
+    from_environment: bool,
 }
 
+/// `Some(RecordedEnvironment)`: name processes from the variables the profiling receiver
+/// recorded (`from_process_environment: true`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordedEnvironment;
+
 impl ServiceNameProcessor {
-    pub fn new(format: Format, environ: Option<EnvironCache>) -> Self {
-        let hostname = environ.as_ref().and_then(EnvironCache::hostname);
+    pub fn new(format: Format, environment: Option<RecordedEnvironment>) -> Self {
         ServiceNameProcessor {
             format,
-            environ,
-            hostname,
+            from_environment: environment.is_some(),
         }
     }
 
-    /// The environment cache, if process environments are read.
-    pub fn environ(&self) -> Option<&EnvironCache> {
-        self.environ.as_ref()
-    }
-
     /// The name to give a resource with these attributes, or None if it has one.
-    pub(crate) fn name_for(&mut self, attributes: &[KeyValue]) -> Option<String> {
+    pub(crate) fn name_for(&self, attributes: &[KeyValue]) -> Option<String> {
         if text(attributes, semconv::SERVICE_NAME).is_some() {
             return None;
         }
@@ -69,31 +70,20 @@ impl ServiceNameProcessor {
         })
     }
 
-    fn name_from_environment(&mut self, attributes: &[KeyValue]) -> Option<String> {
-        // The profiling receiver reads these while the process lives; a process that has
-        // exited since can only be named from them.
-        let recorded = text(attributes, "process.environment_variable.OTEL_SERVICE_NAME")
+    /// The name in the process's OpenTelemetry variables, as the profiling receiver of
+    /// this host recorded them while the process lived (it reads `/proc/PID/environ` on
+    /// its own thread, for the processes it profiles).
+    fn name_from_environment(&self, attributes: &[KeyValue]) -> Option<String> {
+        if !self.from_environment {
+            return None;
+        }
+        text(attributes, RECORDED_SERVICE_NAME)
             .map(|v| v.trim().to_owned())
             .filter(|v| !v.is_empty())
             .or_else(|| {
-                text(
-                    attributes,
-                    "process.environment_variable.OTEL_RESOURCE_ATTRIBUTES",
-                )
-                .and_then(|v| crate::environ::parse_resource_attributes_service_name(&v))
-            });
-        if recorded.is_some() {
-            return recorded;
-        }
-        let cache = self.environ.as_mut()?;
-        let pid = pid(attributes)?;
-        // A pid reported by another host means nothing here.
-        if let (Some(theirs), Some(ours)) = (text(attributes, HOST_NAME), &self.hostname)
-            && !theirs.eq_ignore_ascii_case(ours)
-        {
-            return None;
-        }
-        cache.lookup(pid)
+                text(attributes, RECORDED_RESOURCE_ATTRIBUTES)
+                    .and_then(|v| crate::environ::parse_resource_attributes_service_name(&v))
+            })
     }
 }
 
@@ -105,21 +95,6 @@ fn text(attributes: &[KeyValue], key: &str) -> Option<String> {
         .and_then(|kv| kv.value.as_ref())
         .map(any_value_to_string)
         .filter(|s| !s.trim().is_empty())
-}
-
-/// `process.pid` as a positive pid (an int, or a string of digits).
-fn pid(attributes: &[KeyValue]) -> Option<u32> {
-    let value = attributes
-        .iter()
-        .find(|kv| kv.key == semconv::PROCESS_PID)?
-        .value
-        .as_ref()?;
-    let pid = match &value.value {
-        Some(Value::IntValue(i)) => u32::try_from(*i).ok()?,
-        Some(Value::StringValue(s)) => s.trim().parse().ok()?,
-        _ => return None,
-    };
-    (pid > 0).then_some(pid)
 }
 
 /// The last component of a Unix or Windows path, if not empty.

@@ -53,7 +53,7 @@ impl Drop for Sleeper {
 use profcol_core::testkit::batch_of_resources as batch;
 
 fn plain() -> ServiceNameProcessor {
-    ServiceNameProcessor::new(Format::Plain, Some(EnvironCache::new()))
+    ServiceNameProcessor::new(Format::Plain, Some(RecordedEnvironment))
 }
 
 async fn run(p: &mut ServiceNameProcessor, b: ProfileBatch) -> ProfileBatch {
@@ -84,11 +84,10 @@ async fn name_of(p: &mut ServiceNameProcessor, attributes: Vec<KeyValue>) -> Str
 
 #[tokio::test]
 async fn an_existing_service_name_is_untouched() {
-    let child = Sleeper::new(&[("OTEL_SERVICE_NAME", "checkout")]);
     let mut p = plain();
     let attrs = vec![
         kv("service.name", "cart"),
-        pid_kv(child.pid()),
+        kv(RECORDED_SERVICE_NAME, "checkout"),
         kv("k8s.deployment.name", "d"),
     ];
     let input = batch(vec![Some(attrs.clone())]);
@@ -102,40 +101,49 @@ async fn an_existing_service_name_is_untouched() {
             .attributes,
         attrs
     );
-    // Nothing to write: not even the environment was read.
+    // Nothing to write: the batch was not copied.
     assert_eq!(out.resource_profiles().as_ptr(), before);
-    assert_eq!(p.environ().expect("on").reads(), 0);
 }
 
 #[tokio::test]
-async fn otel_service_name_of_the_process_comes_first() {
-    let child = Sleeper::new(&[("OTEL_SERVICE_NAME", "checkout")]);
+async fn recorded_otel_service_name_comes_first() {
     let mut p = plain();
     let attrs = vec![
-        pid_kv(child.pid()),
         kv("k8s.deployment.name", "d"),
         kv("process.executable.name", "sleep"),
+        kv(RECORDED_SERVICE_NAME, " checkout "),
     ];
-    assert_eq!(name_of(&mut p, attrs.clone()).await, "checkout");
-    // Also with the pid written as a string, and cached per process.
-    let mut as_text = attrs;
-    as_text[0] = kv("process.pid", &child.pid().to_string());
-    assert_eq!(name_of(&mut p, as_text).await, "checkout");
-    assert_eq!(p.environ().expect("on").reads(), 1);
+    assert_eq!(name_of(&mut p, attrs).await, "checkout");
+    let attrs = vec![
+        kv("k8s.pod.name", "p"),
+        kv(RECORDED_RESOURCE_ATTRIBUTES, "service.name=cart%20api,team=x"),
+    ];
+    assert_eq!(name_of(&mut p, attrs).await, "cart api");
 }
 
+/// A pid sent by a client (or found in any resource) names no process of this host: the
+/// processor reads no `/proc/PID/environ`, even for a live local process that declares a
+/// service name, and even with this host's `host.name`.
 #[tokio::test]
-async fn otel_resource_attributes_are_decoded() {
-    let child = Sleeper::new(&[("OTEL_RESOURCE_ATTRIBUTES", "service.name=cart%20api,team=x")]);
+async fn a_pid_alone_never_reads_a_local_process_environment() {
+    let child = Sleeper::new(&[("OTEL_SERVICE_NAME", "secret-local-name")]);
+    let own_host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
     let mut p = plain();
-    let attrs = vec![pid_kv(child.pid()), kv("k8s.pod.name", "p")];
-    assert_eq!(name_of(&mut p, attrs).await, "cart api");
+    for pid in [pid_kv(child.pid()), kv("process.pid", &child.pid().to_string())] {
+        let attrs = vec![
+            pid,
+            kv("host.name", &own_host),
+            kv("process.executable.name", "sleep"),
+        ];
+        assert_eq!(name_of(&mut p, attrs).await, "sleep");
+    }
 }
 
 #[tokio::test]
 async fn a_process_without_either_falls_through_each_step() {
-    let child = Sleeper::new(&[("PATH", "/bin"), ("TEAM", "x")]);
-    let pid = pid_kv(child.pid());
+    let pid = pid_kv(4242);
     let mut p = plain();
     let all_k8s: Vec<KeyValue> = K8S_PRECEDENCE.iter().map(|k| kv(k, k)).collect();
     // Each k8s attribute wins over all those after it.
@@ -145,9 +153,11 @@ async fn a_process_without_either_falls_through_each_step() {
         attrs.extend(all_k8s[i..].iter().rev().cloned());
         assert_eq!(name_of(&mut p, attrs).await, K8S_PRECEDENCE[i]);
     }
-    // An empty value counts as absent.
+    // An empty value counts as absent, recorded variables included.
     let attrs = vec![
         pid.clone(),
+        kv(RECORDED_SERVICE_NAME, " "),
+        kv(RECORDED_RESOURCE_ATTRIBUTES, "team=x"),
         kv("k8s.deployment.name", ""),
         kv("k8s.container.name", "c"),
     ];
@@ -161,8 +171,6 @@ async fn a_process_without_either_falls_through_each_step() {
     let attrs = vec![pid.clone(), kv("process.executable.path", "/usr/bin/sleep")];
     assert_eq!(name_of(&mut p, attrs).await, "sleep");
     assert_eq!(name_of(&mut p, vec![pid]).await, "unknown_service");
-    // Read once, for all of the above.
-    assert_eq!(p.environ().expect("on").reads(), 1);
 }
 
 #[tokio::test]
@@ -204,71 +212,12 @@ async fn formats_differ_only_for_executable_names() {
 
 #[tokio::test]
 async fn environment_lookup_can_be_switched_off() {
-    let child = Sleeper::new(&[("OTEL_SERVICE_NAME", "checkout")]);
     let mut p = ServiceNameProcessor::new(Format::Plain, None);
-    let attrs = vec![pid_kv(child.pid()), kv("process.executable.name", "sleep")];
-    assert_eq!(name_of(&mut p, attrs).await, "sleep");
-}
-
-#[tokio::test]
-async fn unreadable_foreign_or_missing_pids_fall_through() {
-    let child = Sleeper::new(&[("OTEL_SERVICE_NAME", "checkout")]);
-    let mut p = plain();
-    // No such process (above the kernel's pid_max).
-    let attrs = vec![pid_kv(u32::MAX - 1), kv("k8s.pod.name", "pod")];
-    assert_eq!(name_of(&mut p, attrs).await, "pod");
-    // Not a pid at all.
-    for bad in [
-        kv("process.pid", "abc"),
-        kv("process.pid", "-3"),
-        kv("process.pid", "0"),
-    ] {
-        let attrs = vec![bad, kv("process.executable.name", "x")];
-        assert_eq!(name_of(&mut p, attrs).await, "x");
-    }
-    // A process of another host, even if our pid of that number has a name.
     let attrs = vec![
-        pid_kv(child.pid()),
-        kv("host.name", "somewhere-else.invalid"),
-        kv("process.executable.name", "x"),
+        kv(RECORDED_SERVICE_NAME, "checkout"),
+        kv("process.executable.name", "sleep"),
     ];
-    assert_eq!(name_of(&mut p, attrs).await, "x");
-    // This host's name is fine.
-    if let Some(host) = EnvironCache::new().hostname() {
-        let attrs = vec![pid_kv(child.pid()), kv("host.name", &host)];
-        assert_eq!(name_of(&mut p, attrs).await, "checkout");
-    }
-}
-
-#[tokio::test]
-async fn an_unreadable_environ_falls_through() {
-    // A fake proc root whose environ cannot be read (as EACCES would on a real host).
-    let root = std::env::temp_dir().join(format!("profcol-sn-unreadable-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(root.join("77/environ")).expect("tmp");
-    std::fs::write(
-        root.join("77/stat"),
-        "77 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 1 1\n",
-    )
-    .expect("stat");
-    let mut p = ServiceNameProcessor::new(Format::Semconv, Some(EnvironCache::with_root(&root, 8)));
-    let attrs = vec![pid_kv(77), kv("process.executable.name", "x")];
-    assert_eq!(name_of(&mut p, attrs).await, "unknown_service:x");
-    let _ = std::fs::remove_dir_all(&root);
-}
-
-#[tokio::test]
-async fn a_dead_child_is_not_served_from_the_cache() {
-    let mut child = Sleeper::new(&[("OTEL_SERVICE_NAME", "checkout")]);
-    let pid = child.pid();
-    let mut p = plain();
-    let attrs = vec![pid_kv(pid), kv("process.executable.name", "sleep")];
-    assert_eq!(name_of(&mut p, attrs.clone()).await, "checkout");
-    child.0.kill().expect("kill");
-    child.0.wait().expect("reap");
-    // Gone (or reused by another process): not "checkout" from the cache.
-    let name = name_of(&mut p, attrs).await;
-    assert_ne!(name, "checkout");
+    assert_eq!(name_of(&mut p, attrs).await, "sleep");
 }
 
 #[tokio::test]

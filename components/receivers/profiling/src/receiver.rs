@@ -26,6 +26,9 @@ pub const SAMPLES_FILTERED_METRIC: &str = "otelcol_receiver_profiling_samples_fi
 pub const FRAMES_UNSYMBOLIZED_METRIC: &str = "otelcol_receiver_profiling_frames_unsymbolized_total";
 pub const PROCESSES_METRIC: &str = "otelcol_receiver_profiling_processes";
 pub const SAMPLES_LOST_METRIC: &str = "otelcol_receiver_profiling_samples_lost_total";
+pub const FILES_REJECTED_METRIC: &str = "otelcol_receiver_profiling_files_rejected_total";
+pub const SYMBOLIZER_RESTARTS_METRIC: &str =
+    "otelcol_receiver_profiling_symbolizer_restarts_total";
 
 /// What a sampler reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,6 +257,20 @@ impl Loop {
                 &labels,
             )
             .add(now.frames_unsymbolized - reported.frames_unsymbolized);
+        self.telemetry
+            .counter(
+                FILES_REJECTED_METRIC,
+                "Mapped files refused: a link, FIFO or device at the path, another inode than the mapped one, malformed ELF or Go table.",
+                &labels,
+            )
+            .add(now.files_rejected - reported.files_rejected);
+        self.telemetry
+            .counter(
+                SYMBOLIZER_RESTARTS_METRIC,
+                "Times the symbolizer panicked or was gone and was started again.",
+                &labels,
+            )
+            .add(now.symbolizer_restarts - reported.symbolizer_restarts);
         self.telemetry
             .gauge(PROCESSES_METRIC, "Processes tracked.", &labels)
             .set(i64::try_from(now.processes_tracked).unwrap_or(i64::MAX));

@@ -90,6 +90,23 @@ pub fn sweep_temp_files(dir: &Path, is_temp: impl Fn(&str) -> bool) -> io::Resul
     Ok(removed)
 }
 
+/// Whether `name` is a temporary file `.<name>.<pid>-<n>.tmp` (what the pprof and
+/// flamegraph exporters write before a rename) that no running process is writing: its
+/// pid is this process's (nothing is in flight at start) or names no live process.
+pub fn is_stale_temp_name(name: &str) -> bool {
+    let Some(middle) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else {
+        return false;
+    };
+    let Some(pid) = middle
+        .rsplit_once('.')
+        .and_then(|(_, tail)| tail.split_once('-'))
+        .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<u32>().ok()))
+    else {
+        return false;
+    };
+    pid == std::process::id() || !Path::new("/proc").join(pid.to_string()).exists()
+}
+
 /// Test helpers for disk faults, shared with the file-writing exporters' tests.
 pub mod testing {
     use std::path::{Path, PathBuf};
@@ -217,6 +234,26 @@ mod tests {
             .expect("create");
         assert_eq!(mode(&file), 0o600);
         let _ = std::fs::remove_dir_all(root);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn stale_temp_names_are_ours_or_of_dead_processes() {
+        let me = std::process::id();
+        assert!(is_stale_temp_name(&format!(".cpu.pb.gz.{me}-3.tmp")));
+        // Far above pid_max: no such process.
+        assert!(is_stale_temp_name(".cpu.pb.gz.99999999-0.tmp"));
+        // pid 1 is alive: another collector may be writing it now.
+        assert!(!is_stale_temp_name(".cpu.pb.gz.1-0.tmp"));
+        for not_ours in [
+            "cpu.pb.gz",
+            ".cpu.tmp",
+            "x.1-2.tmp",
+            ".a.b-c.tmp",
+            ".index.html",
+        ] {
+            assert!(!is_stale_temp_name(not_ours), "{not_ours}");
+        }
     }
 
     #[test]

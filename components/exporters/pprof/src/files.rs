@@ -1,12 +1,16 @@
 //! Writing one file whole and under a name no other file has: the bytes go to a hidden
 //! temp file in the same directory, are synced, and are then linked to their name (which
 //! fails, rather than replaces, when the name is taken) or, where the file system has no
-//! hard links, renamed to it after a check. Readers never see half a file.
+//! hard links, renamed to it after a check. Readers never see half a file. The temp file
+//! is removed whatever happens, and `sweep` removes those a crash left; files are made
+//! 0600 and folders 0700.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use profcol_core::exporterhelper::disk;
 
 use crate::template::with_suffix;
 
@@ -18,7 +22,7 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// Writes `bytes` to `dir/name`, or `dir/name-n` (before the extension) when taken.
 /// Returns the path written.
 pub(crate) fn write_unique(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
+    disk::create_private_dir_all(dir)?;
     let temp = dir.join(format!(
         ".{name}.{}-{}.tmp",
         std::process::id(),
@@ -32,9 +36,19 @@ pub(crate) fn write_unique(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<P
 }
 
 fn write_temp(temp: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut file: File = OpenOptions::new().write(true).create_new(true).open(temp)?;
+    let mut file: File = disk::private_open_options()
+        .write(true)
+        .create_new(true)
+        .open(temp)?;
     file.write_all(bytes)?;
     file.sync_data()
+}
+
+/// Makes `dir` (0700) and removes the temp files a crash left in it.
+pub(crate) fn prepare(dir: &Path) -> io::Result<()> {
+    disk::create_private_dir_all(dir)?;
+    disk::sweep_temp_files(dir, disk::is_stale_temp_name)?;
+    Ok(())
 }
 
 /// Gives the temp file its final name, never replacing a file.

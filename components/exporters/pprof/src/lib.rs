@@ -117,12 +117,11 @@ enum WriteError {
 
 impl From<WriteError> for ExportError {
     fn from(e: WriteError) -> Self {
+        // A full disk or quota frees up: ENOSPC and EDQUOT are retried.
         let transient = matches!(
             &e,
-            WriteError::Io { source, .. } if matches!(
-                source.kind(),
-                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            )
+            WriteError::Io { source, .. }
+                if profcol_core::exporterhelper::disk::is_retryable_io(source)
         );
         if transient {
             ExportError::retryable(e.to_string())
@@ -277,7 +276,7 @@ impl PprofExporter {
             None => None,
         };
         if config.write_files {
-            std::fs::create_dir_all(&config.directory)
+            files::prepare(&config.directory)
                 .map_err(|e| format!("cannot make {}: {e}", config.directory.display()))?;
         }
         Ok(PprofExporter {

@@ -937,3 +937,55 @@ async fn max_services_drops_new_services_in_both_modes_and_counts_them() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+// ---- disk faults ----------------------------------------------------------------------
+
+/// A real full disk (a filled 64 KiB tmpfs): the write fails retryably and leaves no temp
+/// file; the retry after space is freed writes the file, whole, once.
+#[tokio::test]
+async fn a_full_disk_is_retryable_and_leaves_no_temp_file() {
+    use profcol_core::exporterhelper::disk::testing::TinyDisk;
+    let Some(tiny) = TinyDisk::mount("pprof", 64) else {
+        return;
+    };
+    let dir = tiny.dir.join("pprof");
+    let exporter = create(config(&dir));
+    let filler = tiny.dir.join("filler");
+    tiny.fill(&filler);
+    let batch = go_cpu("cart");
+    let e = exporter.export(batch.clone()).await.expect_err("disk full");
+    assert!(e.is_retryable(), "{e}");
+    assert_eq!(names_in(&dir), Vec::<String>::new(), "no temp file stays");
+    std::fs::remove_file(&filler).expect("free the disk");
+    exporter.export(batch).await.expect("the retry writes it");
+    let names = names_in(&dir);
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert_eq!(
+        totals(&read_pprof(&dir.join(&names[0]))),
+        totals(&fixture("go-cpu.pb.gz"))
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn stale_temp_files_are_swept_at_start_and_files_are_private() {
+    use profcol_core::exporterhelper::disk::testing::mode;
+    let dir = scratch("sweep");
+    let stale = ".cpu.pb.gz.99999999-0.tmp";
+    // pid 1 is alive: another collector sharing the folder may be writing it.
+    let live = ".cpu.pb.gz.1-0.tmp";
+    for name in [stale, live, "kept.pb.gz"] {
+        std::fs::write(dir.join(name), b"x").expect("write");
+    }
+    let _exporter = create(config(&dir));
+    assert_eq!(names_in(&dir), [live, "kept.pb.gz"]);
+    let fresh = dir.join("made/here");
+    let exporter = create(config(&fresh));
+    exporter.export(go_cpu("cart")).await.expect("export");
+    assert_eq!(mode(&dir.join("made")), 0o700);
+    assert_eq!(mode(&fresh), 0o700);
+    let written = names_in(&fresh);
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert_eq!(mode(&fresh.join(&written[0])), 0o600);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -8,6 +8,7 @@
 pub mod client;
 pub mod component;
 pub mod config;
+pub mod decode_budget;
 pub mod errors;
 pub mod exporterhelper;
 pub mod host_executables;

@@ -29,6 +29,14 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(60);
 /// A pause after a failed accept (out of file descriptors), so the loop does not spin.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+/// Open connections per listener; past this, new ones wait in the kernel's backlog until
+/// one closes, so a client that opens sockets without end cannot exhaust descriptors.
+pub const MAX_CONNECTIONS: usize = 1024;
+/// Concurrent HTTP/2 streams (requests) per connection.
+pub const MAX_CONCURRENT_STREAMS: u32 = 100;
+/// A connection with no request in flight for this long is closed (gracefully: HTTP/2
+/// clients get a GOAWAY and reconnect when they next send).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A bound socket and how to speak on it.
 pub struct Listener {
@@ -73,7 +81,8 @@ where
     builder
         .http2()
         .timer(TokioTimer::new())
-        .keep_alive_interval(H2_KEEPALIVE_INTERVAL);
+        .keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
     if listener.http2_only {
         builder = builder.http2_only();
     }
@@ -87,7 +96,7 @@ where
         tokio::select! {
             _ = shutdown.cancelled() => break,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            accepted = listener.tcp.accept() => match accepted {
+            accepted = listener.tcp.accept(), if connections.len() < MAX_CONNECTIONS => match accepted {
                 Ok((stream, peer)) => {
                     // Small requests and responses should not wait for Nagle.
                     let _ = stream.set_nodelay(true);
@@ -140,12 +149,20 @@ async fn connection<S, B>(
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    let activity = Activity::default();
+    let tracked = activity.clone();
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         request.extensions_mut().insert(PeerAddr(peer));
-        service.call(request)
+        let guard = tracked.begin();
+        let response = service.call(request);
+        async move {
+            let response = response.await;
+            drop(guard);
+            response
+        }
     });
     match tls {
-        None => serve_connection(&builder, stream, service, &shutdown, peer, who).await,
+        None => serve_connection(&builder, stream, service, &shutdown, activity, peer, who).await,
         Some(acceptor) => {
             let handshake = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -153,7 +170,8 @@ async fn connection<S, B>(
             };
             match handshake {
                 Ok(Ok(stream)) => {
-                    serve_connection(&builder, stream, service, &shutdown, peer, who).await;
+                    serve_connection(&builder, stream, service, &shutdown, activity, peer, who)
+                        .await;
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(component = who.component, protocol = who.protocol, %peer, error = %e, "TLS handshake failed");
@@ -171,6 +189,7 @@ async fn serve_connection<I, S, B>(
     io: I,
     service: S,
     shutdown: &CancellationToken,
+    activity: Activity,
     peer: SocketAddr,
     who: Who,
 ) where
@@ -190,9 +209,61 @@ async fn serve_connection<I, S, B>(
             conn.as_mut().graceful_shutdown();
             conn.await
         }
+        () = activity.idle_for(IDLE_TIMEOUT) => {
+            tracing::debug!(component = who.component, protocol = who.protocol, %peer, "closing an idle connection");
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
     };
     if let Err(e) = result {
         tracing::debug!(component = who.component, protocol = who.protocol, %peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Requests in flight on one connection, and when the last one ended.
+#[derive(Clone, Default)]
+struct Activity(std::sync::Arc<std::sync::Mutex<(usize, Option<tokio::time::Instant>)>>);
+
+/// Ends a request's part in [`Activity`] when dropped (also when its future is dropped).
+struct InFlight(Activity);
+
+impl Activity {
+    fn begin(&self) -> InFlight {
+        self.with(|state| state.0 += 1);
+        InFlight(self.clone())
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut (usize, Option<tokio::time::Instant>)) -> T) -> T {
+        let mut state = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut state)
+    }
+
+    /// Completes once no request has been in flight for `timeout`.
+    async fn idle_for(&self, timeout: Duration) {
+        let started = tokio::time::Instant::now();
+        loop {
+            let idle_since = self.with(|state| match state {
+                (0, last) => Some(last.unwrap_or(started)),
+                _ => None,
+            });
+            match idle_since {
+                Some(since) if since.elapsed() >= timeout => return,
+                Some(since) => tokio::time::sleep_until(since + timeout).await,
+                None => tokio::time::sleep(timeout).await,
+            }
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.with(|state| {
+            state.0 = state.0.saturating_sub(1);
+            state.1 = Some(tokio::time::Instant::now());
+        });
     }
 }
 

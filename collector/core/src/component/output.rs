@@ -17,6 +17,8 @@ pub enum Refused {
     Full,
     #[error("memory use is over the limit; retry later")]
     MemoryLimit,
+    #[error("the receiver is decoding as much as its memory budget allows; retry later")]
+    Busy,
     #[error("the collector is shutting down")]
     ShuttingDown,
 }
@@ -60,7 +62,9 @@ impl ReceiverOutput {
         Self::new(entrances, ReceiverCounters::detached())
     }
 
-    fn admit(&self) -> Result<(), Refused> {
+    /// Asks every pipeline's admission (the memory limiter) now. Receivers ask before
+    /// they decode, so that a refusal costs no decoding; delivery asks again.
+    pub fn admit(&self) -> Result<(), Refused> {
         self.entrances
             .iter()
             .flat_map(|e| &e.admission)

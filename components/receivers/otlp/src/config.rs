@@ -1,6 +1,7 @@
 //! The receiver's typed config, in the OpenTelemetry Collector's shape:
 //!
 //! ```yaml
+//! max_decoding_memory_mib: 512  # profcol's: what requests being decoded may take at once
 //! protocols:
 //!   grpc:                     # present = enabled; a null value means all defaults
 //!     endpoint: localhost:4317
@@ -24,11 +25,24 @@ pub const DEFAULT_HTTP_ENDPOINT: &str = "localhost:4318";
 pub const DEFAULT_MAX_RECV_MSG_SIZE_MIB: u32 = 64;
 pub const DEFAULT_MAX_REQUEST_BODY_SIZE: u64 = 64 << 20;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     #[serde(deserialize_with = "null_is_default")]
     pub protocols: Protocols,
+    /// Memory that requests being decoded may claim at once (each reserves 128 bytes per
+    /// decompressed byte before decoding); past it, requests are refused as retryable
+    /// (HTTP 429, gRPC RESOURCE_EXHAUSTED). Shared by both protocols.
+    pub max_decoding_memory_mib: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            protocols: Protocols::default(),
+            max_decoding_memory_mib: profcol_core::decode_budget::DEFAULT_DECODE_MEMORY_MIB,
+        }
+    }
 }
 
 /// Which protocols are served. A protocol is enabled when its key is present.
@@ -133,6 +147,12 @@ impl Validate for Config {
                 "must enable at least one protocol (grpc or http)",
             ));
         }
+        if self.max_decoding_memory_mib == 0 {
+            errors.push(ConfigError::new(
+                "max_decoding_memory_mib",
+                "must be at least 1",
+            ));
+        }
         if let Some(grpc) = &p.grpc {
             check_endpoint(&grpc.endpoint, "protocols::grpc::endpoint", &mut errors);
             if grpc.max_recv_msg_size_mib == 0 {
@@ -225,6 +245,7 @@ mod tests {
                         tls: None,
                     }),
                 },
+                max_decoding_memory_mib: 256,
             }
         );
         assert!(c.validate().is_empty(), "{:?}", c.validate());

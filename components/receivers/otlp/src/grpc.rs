@@ -22,28 +22,46 @@ use tonic::{Code, Status};
 
 use crate::Intake;
 use crate::status::{RpcStatus, refused_status};
-use profcol_core::server::PeerAddr;
+use http_body_util::Full;
+use profcol_core::component::Refused;
+use profcol_core::decode_budget::DecodePermit;
+use profcol_core::server::{BodyError, PeerAddr, read_body};
 
 /// How long a request without `grpc-timeout` may wait for pipeline room.
 pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 
-/// The tonic service, wrapped for [`profcol_core::server::serve`].
+/// The tonic service, wrapped for [`profcol_core::server::serve`]. The wrapper reads the
+/// request itself, within the HTTP receiver's body timeout and the size cap, asks the
+/// memory limiter and reserves decoding memory, and undoes `grpc-encoding` itself with a
+/// cap, so that tonic only ever decodes a plain message whose cost is already reserved.
 #[derive(Clone)]
 pub(crate) struct GrpcEndpoint {
     inner: ProfilesServiceServer<Export>,
+    intake: Intake,
+    max_message_size: usize,
 }
 
 impl GrpcEndpoint {
     pub(crate) fn new(intake: Intake, max_message_size: usize) -> Self {
-        let inner = ProfilesServiceServer::new(Export { intake })
-            .accept_compressed(CompressionEncoding::Gzip)
-            .accept_compressed(CompressionEncoding::Zstd)
-            .max_decoding_message_size(max_message_size);
-        GrpcEndpoint { inner }
+        let inner = ProfilesServiceServer::new(Export {
+            intake: intake.clone(),
+        })
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Zstd)
+        .max_decoding_message_size(max_message_size);
+        GrpcEndpoint {
+            inner,
+            intake,
+            max_message_size,
+        }
     }
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type Inner = ProfilesServiceServer<Export>;
+
+/// gRPC's length prefix: a compressed flag and a 4-byte big-endian length.
+const FRAME_HEADER: usize = 5;
 
 impl hyper::service::Service<Request<Incoming>> for GrpcEndpoint {
     type Response = Response<tonic::body::Body>;
@@ -51,18 +69,91 @@ impl hyper::service::Service<Request<Incoming>> for GrpcEndpoint {
     type Future = BoxFuture<Result<Self::Response, Infallible>>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
-        use tonic::codegen::Service;
-        type Inner = ProfilesServiceServer<Export>;
-        let mut inner = self.inner.clone();
+        let endpoint = self.clone();
         Box::pin(async move {
+            let (mut parts, mut body) = request.into_parts();
+            let prepared = endpoint.prepare(&mut parts, &mut body).await;
+            profcol_core::net::discard_rest(body);
+            let (message, _permit) = match prepared {
+                Ok(ready) => ready,
+                Err(status) => return Ok(status.into_http()),
+            };
+            let request = Request::from_parts(parts, Full::new(message));
+            let mut inner = endpoint.inner.clone();
+            use tonic::codegen::Service;
             std::future::poll_fn(|cx| {
-                <Inner as Service<Request<Incoming>>>::poll_ready(&mut inner, cx)
+                <Inner as Service<Request<Full<Bytes>>>>::poll_ready(&mut inner, cx)
             })
             .await?;
+            // The reservation is held until tonic has decoded, validated and delivered.
             let mut response = inner.call(request).await?;
             oversize_is_resource_exhausted(&mut response);
             Ok(response)
         })
+    }
+}
+
+impl GrpcEndpoint {
+    /// Reads and, where compressed, decompresses the request's one message, with its
+    /// decoding reservation; or the status that refuses it.
+    async fn prepare(
+        &self,
+        parts: &mut http::request::Parts,
+        body: &mut Incoming,
+    ) -> Result<(Bytes, DecodePermit), Status> {
+        let refused = |r: Refused| to_tonic(refused_status(r));
+        let limit = self.max_message_size.saturating_add(FRAME_HEADER);
+        let bytes = read_body(&parts.headers, body, limit)
+            .await
+            .map_err(|e| match e {
+                BodyError::TooLarge { .. } => Status::resource_exhausted(format!(
+                    "the message is too large: over the limit of {} bytes",
+                    self.max_message_size
+                )),
+                BodyError::Timeout => Status::deadline_exceeded(e.to_string()),
+                BodyError::Read(_) => Status::cancelled(e.to_string()),
+            })?;
+        let mut permit = self.intake.reserve(bytes.len()).map_err(refused)?;
+        let encoding = parts
+            .headers
+            .get("grpc-encoding")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("identity")
+            .to_ascii_lowercase();
+        // One compressed frame, as unary clients send, is decompressed here; anything else
+        // goes to tonic as it came, which answers it (and is bounded by the read above).
+        let frame = match bytes.first() {
+            Some(1) if bytes.len() >= FRAME_HEADER => {
+                let mut len = [0u8; 4];
+                len.copy_from_slice(&bytes[1..FRAME_HEADER]);
+                let len = u32::from_be_bytes(len) as usize;
+                (bytes.len() == FRAME_HEADER + len).then_some(len)
+            }
+            _ => None,
+        };
+        if frame.is_none() || !matches!(encoding.as_str(), "gzip" | "zstd") {
+            return Ok((bytes, permit));
+        }
+        let max = self.max_message_size;
+        let compressed = bytes.slice(FRAME_HEADER..);
+        let plain = tokio::task::spawn_blocking(move || match encoding.as_str() {
+            "gzip" => crate::decompress::gunzip(&compressed, max),
+            _ => crate::decompress::unzstd(&compressed, max),
+        })
+        .await
+        .map_err(|e| Status::internal(format!("decompression task failed: {e}")))?
+        .map_err(|e| match e {
+            crate::decompress::Error::TooLarge { .. } => Status::resource_exhausted(e.to_string()),
+            crate::decompress::Error::Corrupt(m) => Status::internal(m),
+        })?;
+        permit.cover(plain.len()).map_err(refused)?;
+        let mut framed = Vec::with_capacity(FRAME_HEADER + plain.len());
+        framed.push(0);
+        framed.extend_from_slice(&u32::try_from(plain.len()).unwrap_or(u32::MAX).to_be_bytes());
+        framed.extend_from_slice(&plain);
+        drop(plain);
+        parts.headers.remove("grpc-encoding");
+        Ok((Bytes::from(framed), permit))
     }
 }
 

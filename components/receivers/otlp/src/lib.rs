@@ -7,6 +7,7 @@
 //! (gRPC RESOURCE_EXHAUSTED with RetryInfo / HTTP 429 with `Retry-After`).
 
 mod config;
+mod decompress;
 mod grpc;
 mod http;
 mod status;
@@ -21,6 +22,7 @@ use profcol_core::component::{
     ReceiverOutput, Refused, Stability,
 };
 use profcol_core::config::Validate;
+use profcol_core::decode_budget::{DecodeBudget, DecodePermit};
 use profcol_core::pdata::types::ProfilesData;
 use profcol_core::pdata::{ClientInfo, ProfileBatch, ValidationError};
 use profcol_core::server;
@@ -72,7 +74,11 @@ impl ReceiverFactory for OtlpReceiverFactory {
             }),
             None => None,
         };
-        Ok(Box::new(OtlpReceiver { grpc, http }))
+        Ok(Box::new(OtlpReceiver {
+            grpc,
+            http,
+            budget: DecodeBudget::new(config.max_decoding_memory_mib),
+        }))
     }
 }
 
@@ -89,6 +95,7 @@ struct HttpSetup {
 struct OtlpReceiver {
     grpc: Option<GrpcSetup>,
     http: Option<HttpSetup>,
+    budget: DecodeBudget,
 }
 
 #[async_trait]
@@ -97,6 +104,7 @@ impl Receiver for OtlpReceiver {
         let intake = Intake {
             output: ctx.output,
             shutdown: ctx.shutdown.clone(),
+            budget: self.budget,
         };
         // Bind both before serving either, so a port in use stops the whole receiver.
         let grpc = match self.grpc {
@@ -167,14 +175,22 @@ async fn bind(endpoint: &str, protocol: &str) -> Result<TcpListener, ComponentEr
         .map_err(|e| fatal(&e))
 }
 
-/// What both protocols share: the way into the pipelines.
+/// What both protocols share: the way into the pipelines, and the decoding budget.
 #[derive(Clone)]
 pub(crate) struct Intake {
     output: ReceiverOutput,
     shutdown: CancellationToken,
+    budget: DecodeBudget,
 }
 
 impl Intake {
+    /// Before anything is decoded: the memory limiter's word, then a reservation for what
+    /// `input_bytes` may grow into. Either refusal costs the request no decoding.
+    pub(crate) fn reserve(&self, input_bytes: usize) -> Result<DecodePermit, Refused> {
+        self.output.admit()?;
+        self.budget.reserve(input_bytes)
+    }
+
     /// Hands the batch to the pipelines, waiting up to `deadline` for room; at shutdown it
     /// stops waiting and answers [`Refused::ShuttingDown`], so senders retry elsewhere.
     pub(crate) async fn deliver(

@@ -56,7 +56,7 @@ pub fn status_json(status: &RpcStatus) -> Vec<u8> {
 /// UNAVAILABLE, which clients always retry.
 pub(crate) fn refused_status(refused: Refused) -> RpcStatus {
     match refused {
-        Refused::Full | Refused::MemoryLimit => {
+        Refused::Full | Refused::MemoryLimit | Refused::Busy => {
             RpcStatus::new(code::RESOURCE_EXHAUSTED, refused.to_string())
                 .with_retry_after(RETRY_DELAY)
         }

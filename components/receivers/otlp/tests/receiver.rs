@@ -74,6 +74,7 @@ fn both_protocols() -> Config {
                 ..HttpConfig::default()
             }),
         },
+        ..Config::default()
     }
 }
 
@@ -573,6 +574,69 @@ async fn http_backpressure_is_429_with_retry_after() {
     running.stop().await;
 }
 
+/// While one request holds the whole decoding budget (its batch waits for pipeline room),
+/// others are refused at once, before they are decoded, on both protocols; once it is
+/// done, requests are accepted again.
+#[tokio::test]
+async fn a_spent_decoding_budget_refuses_at_once_and_recovers() {
+    let mut config = both_protocols();
+    config.max_decoding_memory_mib = 1;
+    let mut running = start(config, 1).await;
+    // Over 8 KiB, so that one request reserves the whole 1 MiB (128 bytes per byte).
+    let mut padded = request_of(&go_cpu_batch());
+    if let Some(d) = padded.dictionary.as_mut() {
+        d.string_table.push("x".repeat(10_000));
+    }
+    let body = padded.encode_to_vec();
+    assert_eq!(
+        post(running.http, &[PROTOBUF], body.clone()).await.status,
+        200
+    );
+    // The pipeline is full: this one holds the budget while it waits for room.
+    let http = running.http;
+    let waiting = tokio::spawn({
+        let body = body.clone();
+        async move { post(http, &[PROTOBUF], body).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = Instant::now();
+    let reply = post(running.http, &[PROTOBUF], body.clone()).await;
+    assert_eq!(reply.status, 429, "{:?}", reply.body);
+    assert!(t0.elapsed() < Duration::from_secs(2), "refused at once");
+    assert_eq!(reply.header("retry-after"), "1");
+    let refusal = RpcStatus::decode(reply.body.clone()).expect("a status in protobuf");
+    assert_eq!(refusal.code, 8);
+    assert!(
+        refusal
+            .message
+            .contains("decoding as much as its memory budget allows"),
+        "{}",
+        refusal.message
+    );
+    let status = running
+        .grpc_client()
+        .await
+        .export(padded.clone())
+        .await
+        .expect_err("busy");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    let details = RpcStatus::decode(status.details()).expect("details");
+    assert_eq!(details.retry_info(), Some(Duration::from_secs(1)));
+    // Draining lets the waiting request finish and release the budget.
+    assert!(running.rx.recv().await.is_some());
+    assert_eq!(waiting.await.expect("joined").status, 200);
+    assert!(running.rx.recv().await.is_some());
+    assert_eq!(post(running.http, &[PROTOBUF], body).await.status, 200);
+    assert!(running.rx.recv().await.is_some());
+    running
+        .grpc_client()
+        .await
+        .export(request_of(&go_cpu_batch()))
+        .await
+        .expect("accepted again");
+    running.stop().await;
+}
+
 // ---- shutdown --------------------------------------------------------------------------
 
 #[tokio::test]
@@ -610,6 +674,7 @@ async fn a_port_in_use_is_fatal() {
             }),
             http: None,
         },
+        ..Config::default()
     };
     let running = spawn(config, 1);
     let result = tokio::time::timeout(Duration::from_secs(5), running.task)

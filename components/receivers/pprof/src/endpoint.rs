@@ -110,7 +110,7 @@ impl RequestError {
             RequestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             RequestError::Read(_) | RequestError::Invalid(_) => StatusCode::BAD_REQUEST,
             RequestError::Timeout => StatusCode::REQUEST_TIMEOUT,
-            RequestError::Refused(Refused::Full | Refused::MemoryLimit) => {
+            RequestError::Refused(Refused::Full | Refused::MemoryLimit | Refused::Busy) => {
                 StatusCode::TOO_MANY_REQUESTS
             }
             RequestError::Refused(Refused::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
@@ -130,7 +130,8 @@ impl RequestError {
             | RequestError::Invalid(_) => "invalid_argument",
             RequestError::TooLarge { .. }
             | RequestError::Refused(Refused::Full)
-            | RequestError::Refused(Refused::MemoryLimit) => "resource_exhausted",
+            | RequestError::Refused(Refused::MemoryLimit)
+            | RequestError::Refused(Refused::Busy) => "resource_exhausted",
             RequestError::Timeout => "deadline_exceeded",
             RequestError::Refused(Refused::ShuttingDown) => "unavailable",
             RequestError::Internal(_) => "internal",
@@ -315,7 +316,7 @@ fn error_response(route: Option<Route>, error: &RequestError) -> Response<Full<B
         RequestError::MethodNotAllowed(_) => {
             headers.insert(ALLOW, HeaderValue::from_static("POST"));
         }
-        RequestError::Refused(Refused::Full | Refused::MemoryLimit) => {
+        RequestError::Refused(Refused::Full | Refused::MemoryLimit | Refused::Busy) => {
             headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
         }
         _ => {}

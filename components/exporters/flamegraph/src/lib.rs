@@ -124,9 +124,11 @@ impl FlamegraphExporter {
                     .accumulator
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .is_empty();
+                    .is_empty()
+                    || inner.store.try_lock().is_ok_and(|s| s.has_pending());
                 if has_data {
-                    // Failures are logged inside; the next interval starts afresh.
+                    // Failures are logged inside; graphs a full disk refused are tried
+                    // again at the next interval, the rest start afresh.
                     let _ = inner.flush().await;
                 }
             },
@@ -148,13 +150,18 @@ impl Inner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let (written, errors, folders) = tokio::task::spawn_blocking(move || {
+        let (written, errors, folders, kept) = tokio::task::spawn_blocking(move || {
             let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
-            if graphs.is_empty() {
-                return (Vec::new(), Vec::new(), None);
+            if graphs.is_empty() && !store.has_pending() {
+                return (Vec::new(), Vec::new(), None, false);
             }
             let (written, errors) = store.write(&graphs);
-            (written, errors, store.service_folders().ok())
+            (
+                written,
+                errors,
+                store.service_folders().ok(),
+                store.has_pending(),
+            )
         })
         .await
         .map_err(|e| ExportError::permanent(format!("the render task failed: {e}")))?;
@@ -178,7 +185,12 @@ impl Inner {
             for e in &errors {
                 tracing::warn!(exporter = %self.id, error = %e, "could not write a flame graph");
             }
-            Err(ExportError::permanent(errors.join("; ")))
+            // Graphs a full disk refused are kept for the next flush.
+            if kept {
+                Err(ExportError::retryable(errors.join("; ")))
+            } else {
+                Err(ExportError::permanent(errors.join("; ")))
+            }
         }
     }
 }

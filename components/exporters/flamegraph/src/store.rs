@@ -2,15 +2,18 @@
 //! `index.html`, and `.index.json` (what is known of each SVG, so that the index shows
 //! sample counts and time ranges across restarts). Every file is written whole: a hidden
 //! temp file, then a rename (or, for SVGs that must not replace another, a hard link).
+//! A failed write removes its temp file and opening sweeps those a crash left; files are
+//! 0600 and folders 0700. A graph that hits a full disk (ENOSPC, EDQUOT) is kept and
+//! written at the next flush.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
-use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
+use profcol_core::exporterhelper::disk;
 use serde::{Deserialize, Serialize};
 
 use crate::folded::Graph;
@@ -24,6 +27,8 @@ pub const MANIFEST: &str = ".index.json";
 const MAX_SUFFIX: u64 = 10_000;
 /// Longest a service or type may be in a path, in characters.
 const MAX_NAME_CHARS: usize = 64;
+/// Graphs kept for the next flush after a full disk, at most; the oldest go first.
+const MAX_PENDING: usize = 256;
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -60,6 +65,8 @@ pub(crate) struct Store {
     max_age: Duration,
     title: Title,
     manifest: Manifest,
+    /// Graphs a full disk refused, oldest first; written before the next flush's.
+    pending: Vec<Graph>,
 }
 
 /// A value as part of a path: ASCII letters, digits, `.`, `_` and `-` are kept, everything
@@ -167,7 +174,10 @@ fn temp_path(dir: &Path, name: &str) -> PathBuf {
 }
 
 fn write_temp(temp: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create_new(true).open(temp)?;
+    let mut file = disk::private_open_options()
+        .write(true)
+        .create_new(true)
+        .open(temp)?;
     file.write_all(bytes)?;
     file.sync_data()
 }
@@ -239,7 +249,15 @@ impl Store {
         max_age: Duration,
         title: Title,
     ) -> io::Result<Self> {
-        std::fs::create_dir_all(directory)?;
+        disk::create_private_dir_all(directory)?;
+        disk::sweep_temp_files(directory, disk::is_stale_temp_name)?;
+        for entry in std::fs::read_dir(directory)? {
+            let entry = entry?;
+            if !entry.file_name().to_string_lossy().starts_with('.') && entry.file_type()?.is_dir()
+            {
+                disk::sweep_temp_files(&entry.path(), disk::is_stale_temp_name)?;
+            }
+        }
         let manifest = match std::fs::read(directory.join(MANIFEST)) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
                 tracing::warn!(directory = %directory.display(), error = %e, "the flame graph index is unreadable; starting a new one");
@@ -254,7 +272,13 @@ impl Store {
             max_age,
             title,
             manifest,
+            pending: Vec::new(),
         })
+    }
+
+    /// Whether graphs a full disk refused wait for the next flush.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 
     /// The service folders present (not hidden).
@@ -355,14 +379,31 @@ impl Store {
         let mut written = Vec::new();
         let mut errors = Vec::new();
         let mut touched: Vec<String> = Vec::new();
-        for graph in graphs.iter().filter(|g| !g.stacks.is_empty()) {
+        let earlier = std::mem::take(&mut self.pending);
+        for graph in earlier
+            .iter()
+            .chain(graphs)
+            .filter(|g| !g.stacks.is_empty())
+        {
             let folder = service_dir(&graph.service);
             match self.write_one(graph, &folder) {
                 Ok(name) => written.push(Path::new(&folder).join(name)),
-                Err(e) => errors.push(format!(
-                    "flame graph of {} {}: {e}",
-                    graph.service, graph.sample_type
-                )),
+                Err(e) => {
+                    let kept = disk::is_retryable_io(&e);
+                    if kept {
+                        self.pending.push(graph.clone());
+                    }
+                    errors.push(format!(
+                        "flame graph of {} {}: {e}{}",
+                        graph.service,
+                        graph.sample_type,
+                        if kept {
+                            " (kept for the next flush)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
             }
             if !touched.contains(&folder) {
                 touched.push(folder);
@@ -379,17 +420,26 @@ impl Store {
         if let Err(e) = self.write_index() {
             errors.push(format!("writing the index: {e}"));
         }
+        if self.pending.len() > MAX_PENDING {
+            let dropped = self.pending.len() - MAX_PENDING;
+            self.pending.drain(..dropped);
+            errors.push(format!(
+                "{dropped} flame graphs dropped: more than {MAX_PENDING} wait for disk space"
+            ));
+        }
         (written, errors)
     }
 
     fn write_one(&mut self, graph: &Graph, folder: &str) -> io::Result<String> {
         let dir = self.directory.join(folder);
-        std::fs::create_dir_all(&dir)?;
+        disk::create_private_dir_all(&dir)?;
         let svg = self.render(graph)?;
         let sample_type = sanitize(&graph.sample_type);
         let name = format!("{sample_type}-{}.svg", timefmt::compact(graph.start_nanos));
-        let name = write_unique(&dir, &name, &svg)?;
+        // `latest-*` first: it replaces, so a retry after the second write fails makes no
+        // duplicate SVG.
         write_replace(&dir, &format!("latest-{sample_type}.svg"), &svg)?;
+        let name = write_unique(&dir, &name, &svg)?;
         let service = self.manifest.services.entry(folder.to_owned()).or_default();
         service.name.clone_from(&graph.service);
         service.entries.push(Entry {

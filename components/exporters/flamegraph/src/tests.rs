@@ -723,3 +723,85 @@ async fn max_services_drops_new_services_and_counts_them() {
     assert_eq!(svgs_in(&dir.join("b")).len(), 4, "two types, two runs");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+// ---- disk faults ----------------------------------------------------------------------
+
+/// Every file under `dir`, recursively, relative to it.
+fn all_files(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("dir") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.file_type().expect("type").is_dir() {
+            found.extend(
+                all_files(&entry.path())
+                    .into_iter()
+                    .map(|f| format!("{name}/{f}")),
+            );
+        } else {
+            found.push(name);
+        }
+    }
+    found.sort();
+    found
+}
+
+/// A real full disk (a filled 512 KiB tmpfs): the flush fails retryably, leaves no temp
+/// file, and the graphs it could not write are written at the next flush once space is
+/// freed.
+#[tokio::test]
+async fn graphs_a_full_disk_refused_are_written_at_the_next_flush() {
+    use profcol_core::exporterhelper::disk::testing::TinyDisk;
+    let Some(tiny) = TinyDisk::mount("flamegraph", 512) else {
+        return;
+    };
+    let dir = tiny.dir.join("fg");
+    let e = exporter(&config(&dir));
+    e.export(go_cpu("cart")).await.expect("export");
+    let filler = tiny.dir.join("filler");
+    tiny.fill(&filler);
+    let err = e.inner.flush().await.expect_err("disk full");
+    assert!(err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("kept for the next flush"), "{err}");
+    let files = all_files(&dir);
+    assert!(
+        files.iter().all(|f| !f.ends_with(".tmp")),
+        "no temp file stays: {files:?}"
+    );
+    std::fs::remove_file(&filler).expect("free the disk");
+    // Nothing new arrived: the shutdown flush writes what was kept.
+    e.shutdown().await.expect("written now");
+    let svgs = svgs_in(&dir.join("cart"));
+    assert_eq!(svgs.len(), 2, "cpu and samples, once each: {svgs:?}");
+    let index = std::fs::read_to_string(dir.join(store::INDEX_HTML)).expect("index");
+    for svg in &svgs {
+        assert!(index.contains(svg.as_str()), "{svg} is listed");
+    }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn stale_temp_files_are_swept_at_start_and_files_are_private() {
+    use profcol_core::exporterhelper::disk::testing::mode;
+    let dir = scratch("sweep");
+    std::fs::create_dir_all(dir.join("cart")).expect("dir");
+    let stale = ".cpu-x.svg.99999999-0.tmp";
+    // pid 1 is alive: another collector sharing the folder may be writing it.
+    let live = ".index.html.1-0.tmp";
+    std::fs::write(dir.join(stale), b"x").expect("write");
+    std::fs::write(dir.join(live), b"x").expect("write");
+    std::fs::write(dir.join("cart").join(stale), b"x").expect("write");
+    let _e = exporter(&config(&dir));
+    assert_eq!(all_files(&dir), [live]);
+    let fresh = dir.join("made/here");
+    let e = exporter(&config(&fresh));
+    e.export(go_cpu("cart")).await.expect("export");
+    e.shutdown().await.expect("shutdown");
+    assert_eq!(mode(&dir.join("made")), 0o700);
+    assert_eq!(mode(&fresh), 0o700);
+    assert_eq!(mode(&fresh.join("cart")), 0o700);
+    for f in all_files(&fresh) {
+        assert_eq!(mode(&fresh.join(&f)), 0o600, "{f}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -310,7 +310,7 @@ pub async fn run(
     tracing::info!("shutting down: receivers stop, pipelines flush, exporters drain");
 
     receivers_stop.cancel();
-    let deadline = Instant::now() + options.shutdown_timeout;
+    let deadline = after(Instant::now(), options.shutdown_timeout);
     for task in receiver_tasks {
         let abort = task.abort_handle();
         if tokio::time::timeout_at(deadline, task).await.is_err() {
@@ -407,7 +407,7 @@ async fn run_pipeline(
             .processor
             .tick_interval()
             .filter(|d| !d.is_zero())
-            .map(|d| now + d);
+            .map(|d| after(now, d));
     }
     loop {
         let earliest = chain.iter().filter_map(|s| s.next_tick).min();
@@ -431,7 +431,7 @@ async fn run_pipeline(
                         {
                             tracing::warn!(processor = %stage.id, error = %e, "processor tick failed");
                         }
-                        stage.next_tick = stage.processor.tick_interval().map(|d| now + d);
+                        stage.next_tick = stage.processor.tick_interval().map(|d| after(now, d));
                         count_out(&chain[i].counters, &ticked);
                         let out = process_from(&mut chain, i + 1, ticked).await?;
                         export(&exporters, out).await;
@@ -453,6 +453,14 @@ async fn run_pipeline(
         export(&exporters, out).await;
     }
     Ok(())
+}
+
+/// `at + d`, saturating: an interval or timeout too long to add (a config's `1000000000h`)
+/// means about thirty years, not a panic.
+pub(super) fn after(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .or_else(|| at.checked_add(Duration::from_secs(30 * 365 * 86_400)))
+        .unwrap_or(at)
 }
 
 async fn sleep_until_or_forever(at: Option<Instant>) {

@@ -487,3 +487,14 @@ service:
     // The batch before the panic was exported.
     assert_eq!(sink_contents("doomed").len(), 1);
 }
+
+#[test]
+fn deadlines_saturate_instead_of_overflowing() {
+    let now = tokio::time::Instant::now();
+    let far = run::after(now, Duration::MAX);
+    assert!(far > now + Duration::from_secs(365 * 86_400));
+    assert_eq!(
+        run::after(now, Duration::from_secs(5)),
+        now + Duration::from_secs(5)
+    );
+}

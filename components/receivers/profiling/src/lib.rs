@@ -21,6 +21,8 @@ pub mod receiver;
 pub mod safe_file;
 pub mod symbolize;
 #[cfg(test)]
+mod attacker_tests;
+#[cfg(test)]
 mod testutil;
 
 use std::collections::HashMap;

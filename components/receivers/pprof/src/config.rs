@@ -4,6 +4,7 @@
 //! server:                     # push; present = enabled, a null value means the defaults
 //!   endpoint: localhost:1777
 //!   max_request_body_size: 33554432
+//!   max_decoding_memory_mib: 512
 //! remote:                     # scrape Go's net/http/pprof endpoints
 //!   targets: [{endpoint: "http://127.0.0.1:6060", labels: {service.name: checkout}}]
 //!   interval: 10s
@@ -51,6 +52,9 @@ pub struct ServerConfig {
     pub endpoint: String,
     /// The largest body accepted, in bytes, both as sent and after decompression.
     pub max_request_body_size: u64,
+    /// Memory that requests being decoded may claim at once (each reserves 128 bytes per
+    /// decompressed byte before decoding); past it, requests get 429 at once.
+    pub max_decoding_memory_mib: u32,
 }
 
 impl Default for ServerConfig {
@@ -58,6 +62,7 @@ impl Default for ServerConfig {
         ServerConfig {
             endpoint: DEFAULT_SERVER_ENDPOINT.to_owned(),
             max_request_body_size: DEFAULT_MAX_REQUEST_BODY_SIZE,
+            max_decoding_memory_mib: profcol_core::decode_budget::DEFAULT_DECODE_MEMORY_MIB,
         }
     }
 }
@@ -333,6 +338,12 @@ impl Validate for Config {
                     format!("{:?} is not host:port: {problem}", server.endpoint),
                 ));
             }
+            if server.max_decoding_memory_mib == 0 {
+                errors.push(ConfigError::new(
+                    "server::max_decoding_memory_mib",
+                    "must be at least 1",
+                ));
+            }
             if server.max_request_body_size == 0 {
                 errors.push(ConfigError::new(
                     "server::max_request_body_size",
@@ -495,6 +506,7 @@ mod tests {
             Some(ServerConfig {
                 endpoint: "0.0.0.0:1777".into(),
                 max_request_body_size: 1 << 20,
+                max_decoding_memory_mib: profcol_core::decode_budget::DEFAULT_DECODE_MEMORY_MIB,
             })
         );
         let remote = c.remote.as_ref().expect("remote");

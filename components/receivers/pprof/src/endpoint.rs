@@ -12,6 +12,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use profcol_core::component::Refused;
+use profcol_core::decode_budget::{DecodeBudget, DecodePermit};
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::codec::{DecodeError, is_gzip, maybe_gunzip};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
@@ -148,12 +149,17 @@ pub(crate) struct Endpoint {
 struct Inner {
     intake: Intake,
     limit: usize,
+    budget: DecodeBudget,
 }
 
 impl Endpoint {
-    pub(crate) fn new(intake: Intake, limit: usize) -> Self {
+    pub(crate) fn new(intake: Intake, limit: usize, budget: DecodeBudget) -> Self {
         Endpoint {
-            inner: Arc::new(Inner { intake, limit }),
+            inner: Arc::new(Inner {
+                intake,
+                limit,
+                budget,
+            }),
         }
     }
 
@@ -200,25 +206,45 @@ impl Inner {
         }
         let limit = self.limit;
         let body = read_body(&parts.headers, body, limit).await?;
-        let batch = tokio::task::spawn_blocking(move || {
-            let plain = decompress(&body, gzipped, limit)?;
-            match route {
-                Route::Pprof => pprof(&parts.uri, &parts.headers, &plain, limit).map(Some),
-                Route::Ingest => {
-                    crate::pyroscope::ingest(&parts.uri, &parts.headers, &plain, limit).map(Some)
-                }
-                Route::Push => crate::pyroscope::push(&plain, limit),
-            }
+        // Before anything is decoded: the memory limiter, then a reservation for what the
+        // body may grow into, grown as its decompressed parts become known.
+        self.intake.admit().map_err(RequestError::Refused)?;
+        let mut permit = self
+            .budget
+            .reserve(body.len())
+            .map_err(RequestError::Refused)?;
+        let (batch, permit) = tokio::task::spawn_blocking(move || {
+            let batch = decode_request(route, &parts, &body, gzipped, limit, &mut permit);
+            (batch, permit)
         })
         .await
-        .map_err(|e| RequestError::Internal(format!("decoding task failed: {e}")))??;
-        if let Some(batch) = batch {
-            self.intake
-                .deliver(batch, peer, DELIVER_DEADLINE)
-                .await
-                .map_err(RequestError::Refused)?;
+        .map_err(|e| RequestError::Internal(format!("decoding task failed: {e}")))?;
+        if let Some(batch) = batch? {
+            let delivered = self.intake.deliver(batch, peer, DELIVER_DEADLINE).await;
+            drop(permit);
+            delivered.map_err(RequestError::Refused)?;
         }
         Ok(())
+    }
+}
+
+/// Decompresses and decodes one request on a blocking thread, growing its reservation.
+fn decode_request(
+    route: Route,
+    parts: &http::request::Parts,
+    body: &[u8],
+    gzipped: bool,
+    limit: usize,
+    permit: &mut DecodePermit,
+) -> Result<Option<ProfileBatch>, RequestError> {
+    let plain = decompress(body, gzipped, limit)?;
+    permit.cover(plain.len()).map_err(RequestError::Refused)?;
+    match route {
+        Route::Pprof => pprof(&parts.uri, &parts.headers, &plain, limit, permit).map(Some),
+        Route::Ingest => {
+            crate::pyroscope::ingest(&parts.uri, &parts.headers, &plain, limit, permit).map(Some)
+        }
+        Route::Push => crate::pyroscope::push(&plain, limit, permit),
     }
 }
 
@@ -229,6 +255,7 @@ fn pprof(
     headers: &HeaderMap,
     body: &[u8],
     limit: usize,
+    permit: &mut DecodePermit,
 ) -> Result<ProfileBatch, RequestError> {
     let params = query_params(uri.query());
     let service = param(&params, "service_name")
@@ -240,7 +267,7 @@ fn pprof(
         })
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty());
-    let profile = crate::pyroscope::decode(body, limit)?;
+    let profile = crate::pyroscope::decode(body, limit, permit)?;
     pprof_to_batch(
         &profile,
         ToOtlpOptions {

@@ -29,6 +29,7 @@ use profcol_core::component::{
     ReceiverOutput, Refused, Stability,
 };
 use profcol_core::config::Validate;
+use profcol_core::decode_budget::DecodeBudget;
 use profcol_core::pdata::types::{AnyValue, InstrumentationScope, KeyValue, Value};
 use profcol_core::pdata::{ClientInfo, ProfileBatch};
 use profcol_core::server::{self, PeerAddr};
@@ -121,14 +122,15 @@ impl Receiver for PprofReceiver {
                     Ok(addr) => tracing::info!(id, %addr, "pprof receiver listening"),
                     Err(e) => tracing::info!(id, error = %e, "pprof receiver listening"),
                 }
-                Some((tcp, config.max_body_size()))
+                let budget = DecodeBudget::new(config.max_decoding_memory_mib);
+                Some((tcp, config.max_body_size(), budget))
             }
             None => None,
         };
         ctx.started.ready();
         let serving = async {
-            if let Some((tcp, limit)) = server {
-                let endpoint = endpoint::Endpoint::new(intake.clone(), limit);
+            if let Some((tcp, limit, budget)) = server {
+                let endpoint = endpoint::Endpoint::new(intake.clone(), limit, budget);
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     let endpoint = endpoint.clone();
                     async move {
@@ -183,6 +185,11 @@ pub(crate) struct Intake {
 }
 
 impl Intake {
+    /// Asks the memory limiter before anything is decoded.
+    pub(crate) fn admit(&self) -> Result<(), Refused> {
+        self.output.admit()
+    }
+
     /// Hands the batch to the pipelines, waiting up to `deadline` for room; at shutdown it
     /// stops waiting and answers [`Refused::ShuttingDown`].
     pub(crate) async fn deliver(

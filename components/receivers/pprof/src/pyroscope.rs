@@ -20,6 +20,8 @@ use prost::Message;
 use crate::endpoint::RequestError;
 use crate::form::{multipart_boundary, param, parse_multipart, query_params};
 use crate::{SCOPE_INGEST, SCOPE_PUSH, scope, string_kv};
+use profcol_core::decode_budget::DecodePermit;
+use profcol_core::pdata::limits::MAX_ATTRIBUTES_PER_LIST;
 
 /// The resource attribute `__name__` (the profile family, as `process_cpu`) goes to.
 pub const PROFILE_NAME_ATTRIBUTE: &str = "pyroscope.profile.name";
@@ -68,15 +70,21 @@ pub struct PushResponse {}
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct Origin {
     attributes: Vec<KeyValue>,
+    /// Where each key is in `attributes`: a series may carry many labels, and a scan per
+    /// label would make them quadratic.
+    positions: HashMap<String, usize>,
     scope_name: Option<String>,
     scope_version: Option<String>,
 }
 
 impl Origin {
     fn set(&mut self, key: &str, value: &str) {
-        match self.attributes.iter_mut().find(|kv| kv.key == key) {
-            Some(kv) => *kv = string_kv(key, value),
-            None => self.attributes.push(string_kv(key, value)),
+        match self.positions.get(key) {
+            Some(&at) => self.attributes[at] = string_kv(key, value),
+            None => {
+                self.positions.insert(key.to_owned(), self.attributes.len());
+                self.attributes.push(string_kv(key, value));
+            }
         }
     }
 
@@ -134,6 +142,12 @@ pub(crate) fn parse_app_name(text: &str) -> Result<AppName, String> {
         ));
     }
     let mut out = Vec::new();
+    if labels.matches(',').count() >= MAX_ATTRIBUTES_PER_LIST {
+        return Err(format!(
+            "name {:?}: more than {MAX_ATTRIBUTES_PER_LIST} labels",
+            name.chars().take(64).collect::<String>()
+        ));
+    }
     for pair in labels.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = pair
             .split_once('=')
@@ -230,6 +244,7 @@ pub(crate) fn ingest(
     headers: &HeaderMap,
     body: &[u8],
     limit: usize,
+    permit: &mut DecodePermit,
 ) -> Result<ProfileBatch, RequestError> {
     let params = query_params(uri.query());
     let format = param(&params, "format")
@@ -265,7 +280,7 @@ pub(crate) fn ingest(
         }
         None => (body, None),
     };
-    let mut profile = decode(profile_bytes, limit).map_err(|e| match (e, format) {
+    let mut profile = decode(profile_bytes, limit, permit).map_err(|e| match (e, format) {
         (RequestError::Invalid(m), None) => RequestError::Invalid(format!(
             "{m} (no format was given; Pyroscope's default, folded, is not supported: send format=pprof)"
         )),
@@ -295,7 +310,11 @@ pub(crate) fn ingest(
 
 /// `POST /push.v1.PusherService/Push`: every series' labels become one resource, each of
 /// its samples one pprof. None when the request carries no profile at all.
-pub(crate) fn push(body: &[u8], limit: usize) -> Result<Option<ProfileBatch>, RequestError> {
+pub(crate) fn push(
+    body: &[u8],
+    limit: usize,
+    permit: &mut DecodePermit,
+) -> Result<Option<ProfileBatch>, RequestError> {
     let request = PushRequest::decode(body)
         .map_err(|e| RequestError::Invalid(format!("not a valid PushRequest: {e}")))?;
     let mut builder = DictionaryBuilder::new();
@@ -303,6 +322,12 @@ pub(crate) fn push(body: &[u8], limit: usize) -> Result<Option<ProfileBatch>, Re
     // Decompressed bytes so far: the cap holds for the request as a whole.
     let mut used = 0usize;
     for (i, series) in request.series.iter().enumerate() {
+        if series.labels.len() > MAX_ATTRIBUTES_PER_LIST {
+            return Err(RequestError::Invalid(format!(
+                "series[{i}] has {} labels; at most {MAX_ATTRIBUTES_PER_LIST} are accepted",
+                series.labels.len()
+            )));
+        }
         let mut origin = Origin::default();
         for label in &series.labels {
             origin.label(&label.name, &label.value);
@@ -321,6 +346,9 @@ pub(crate) fn push(body: &[u8], limit: usize) -> Result<Option<ProfileBatch>, Re
             let plain = maybe_gunzip(&sample.raw_profile, limit.saturating_sub(used))
                 .map_err(|e| at(RequestError::from_decode(e, limit)))?;
             used = used.saturating_add(plain.len());
+            permit
+                .cover(body.len().saturating_add(used))
+                .map_err(RequestError::Refused)?;
             let profile = pp::Profile::decode(&*plain).map_err(|e| {
                 at(RequestError::Invalid(format!(
                     "invalid pprof profile: not a valid protobuf message: {e}"
@@ -353,10 +381,20 @@ pub(crate) fn push(body: &[u8], limit: usize) -> Result<Option<ProfileBatch>, Re
     Ok(Some(ProfileBatch::from_valid(builder.finish(), resources)))
 }
 
-/// Decodes a pprof (gzip or plain) within `limit`.
-pub(crate) fn decode(bytes: &[u8], limit: usize) -> Result<pp::Profile, RequestError> {
-    profcol_core::pdata::codec::decode_pprof(bytes, limit)
-        .map_err(|e| RequestError::from_decode(e, limit))
+/// Decodes a pprof (gzip or plain) within `limit`, first growing the request's
+/// reservation to cover what it decompressed to.
+pub(crate) fn decode(
+    bytes: &[u8],
+    limit: usize,
+    permit: &mut DecodePermit,
+) -> Result<pp::Profile, RequestError> {
+    let plain = maybe_gunzip(bytes, limit).map_err(|e| RequestError::from_decode(e, limit))?;
+    permit
+        .cover(bytes.len().saturating_add(plain.len()))
+        .map_err(RequestError::Refused)?;
+    pp::Profile::decode(&*plain).map_err(|e| {
+        RequestError::from_decode(profcol_core::pdata::codec::DecodeError::Protobuf(e), limit)
+    })
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ fn server_config(max_request_body_size: u64) -> Config {
         server: Some(ServerConfig {
             endpoint: format!("127.0.0.1:{}", free_port()),
             max_request_body_size,
+            ..ServerConfig::default()
         }),
         ..Config::default()
     }

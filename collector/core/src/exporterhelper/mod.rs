@@ -219,8 +219,40 @@ impl ExporterHandle {
                 a.abort();
             }
         }
+        self.spill_to_disk().await;
         if let Err(e) = self.inner.exporter.shutdown().await {
             tracing::warn!(exporter = %self.inner.id, error = %e, "exporter shutdown failed");
+        }
+    }
+}
+
+impl ExporterHandle {
+    /// What a persistent queue still holds only in memory (the disk could not take it when
+    /// it came) is written now, where there is room, so that the next start sends it.
+    async fn spill_to_disk(&self) {
+        let (Some(queue), Some(disk)) = (&self.inner.queue, &self.inner.disk) else {
+            return;
+        };
+        let (mut kept, mut lost) = (0usize, 0usize);
+        while let Some(entry) = queue.pop().await {
+            let (Some(batch), None) = (entry.batch, entry.seq) else {
+                continue; // On disk already.
+            };
+            let disk = disk.clone();
+            match tokio::task::spawn_blocking(move || disk.write(&batch)).await {
+                Ok(Ok(_)) => kept += 1,
+                Ok(Err(e)) => {
+                    lost += 1;
+                    tracing::debug!(exporter = %self.inner.id, error = %e, "could not keep a batch on disk");
+                }
+                Err(_) => lost += 1,
+            }
+        }
+        if kept > 0 {
+            tracing::info!(exporter = %self.inner.id, batches = kept, "kept batches held in memory on disk for the next start");
+        }
+        if lost > 0 {
+            tracing::error!(exporter = %self.inner.id, batches = lost, "batches held in memory could not be written to the persistent queue and are lost");
         }
     }
 }

@@ -592,3 +592,54 @@ async fn the_persistent_queue_sweeps_temp_files_and_is_private() {
     );
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Batches a full disk kept in memory are written at shutdown once there is room, and
+/// sent by the next start.
+#[tokio::test]
+async fn batches_held_in_memory_reach_the_disk_at_shutdown() {
+    let Some(disk) = disk::testing::TinyDisk::mount("pq-spill", 64) else {
+        return;
+    };
+    let t = Telemetry::new();
+    let id = ComponentId::new("scripted", None);
+    let mut s = settings(true);
+    s.queue.num_consumers = 1;
+    let stuck = Scripted::new(Vec::new(), Duration::from_secs(3600));
+    let h = ExporterHandle::start(
+        id.clone(),
+        stuck.clone(),
+        &s,
+        counters(&t),
+        panics(&t),
+        Some(disk.dir.clone()),
+    )
+    .expect("start");
+    // The one consumer is busy (for an hour) with the first batch.
+    h.consume(batch(1)).await.expect("queued");
+    while stuck.attempts.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let filler = disk.dir.join("filler");
+    disk.fill(&filler);
+    h.consume(batch(2)).await.expect("held in memory");
+    h.consume(batch(4)).await.expect("held in memory");
+    let queue_dir = disk.dir.join("exporter_scripted");
+    assert_eq!(names_in(&queue_dir).len(), 1, "only the first is on disk");
+    std::fs::remove_file(&filler).expect("free the disk");
+    h.shutdown(Duration::from_millis(50)).await;
+    assert_eq!(names_in(&queue_dir).len(), 3, "{:?}", names_in(&queue_dir));
+    let ok = Scripted::new(Vec::new(), Duration::ZERO);
+    let h = ExporterHandle::start(
+        id,
+        ok.clone(),
+        &s,
+        counters(&t),
+        panics(&t),
+        Some(disk.dir.clone()),
+    )
+    .expect("restart");
+    h.shutdown(Duration::from_secs(5)).await;
+    // The first was on disk all along (its send was cut short), the others were spilled.
+    assert_eq!(ok.delivered.load(Ordering::SeqCst), 1 + 2 + 4);
+    assert_eq!(names_in(&queue_dir), Vec::<String>::new());
+}

@@ -7,6 +7,25 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Bytes jemalloc has handed out and not had back, refreshed on each read.
+fn jemalloc_in_use() -> Option<u64> {
+    tikv_jemalloc_ctl::epoch::advance().ok()?;
+    let allocated = tikv_jemalloc_ctl::stats::allocated::read().ok()?;
+    u64::try_from(allocated).ok()
+}
+
+/// Lets memory_limiter judge the heap in use, and has jemalloc's background threads
+/// return freed pages to the system within seconds even while the collector is idle.
+fn set_up_allocator() {
+    profcol_core::telemetry::heap::register(jemalloc_in_use);
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
+        eprintln!("profcol: warning: cannot start jemalloc's background purging: {e}");
+    }
+}
+
 #[derive(Parser)]
 #[command(
     name = "profcol",
@@ -41,6 +60,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    set_up_allocator();
     let cli = Cli::parse();
     let (result, failure_code) = match cli.command {
         None => (commands::run::run(&cli.config, &cli.feature_gates), 1),

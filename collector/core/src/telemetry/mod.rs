@@ -2,6 +2,7 @@
 //! rendered in Prometheus text for /metrics.
 
 mod edges;
+pub mod heap;
 mod metrics;
 
 pub use edges::{ExporterCounters, ProcessorCounters, ReceiverCounters};

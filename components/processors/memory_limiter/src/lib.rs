@@ -14,7 +14,7 @@ use profcol_core::component::{
 
 pub use config::{Config, Limits};
 pub use limiter::MemoryLimiter;
-pub use memory::{MemoryError, MemorySource, ProcessRss, total_system_memory};
+pub use memory::{HeapInUse, MemoryError, MemorySource, ProcessRss, total_system_memory};
 
 pub struct MemoryLimiterFactory;
 
@@ -39,13 +39,14 @@ impl ProcessorFactory for MemoryLimiterFactory {
             .limits(total_system_memory)
             .map_err(|e| BuildError::new(id, e.to_string()))?;
         // Fail now, not silently at every check, where memory use cannot be read.
-        let used = ProcessRss
+        let used = HeapInUse
             .used_bytes()
             .map_err(|e| BuildError::new(id, format!("cannot measure memory use: {e}")))?;
         tracing::info!(
             processor = %id,
             pipeline = ctx.pipeline.as_str(),
             used_mib = used >> 20,
+            measured = HeapInUse.kind(),
             soft_limit_mib = limits.soft >> 20,
             hard_limit_mib = limits.hard >> 20,
             "memory limiter ready"
@@ -54,7 +55,7 @@ impl ProcessorFactory for MemoryLimiterFactory {
             &id.to_string(),
             limits,
             config.check_interval,
-            Arc::new(ProcessRss),
+            Arc::new(HeapInUse),
             &ctx.base.telemetry,
         )))
     }

@@ -1,5 +1,6 @@
-//! Where memory use comes from: the process's resident set size, read from `/proc`, or
-//! any other [`MemorySource`] (tests simulate one).
+//! Where memory use comes from: the allocator's heap in use where the binary reports it,
+//! else the process's resident set size from `/proc`, or any other [`MemorySource`]
+//! (tests simulate one).
 
 use std::io;
 
@@ -75,6 +76,32 @@ impl MemorySource for ProcessRss {
     }
 }
 
+/// The heap in use as the allocator reports it (as otelcol judges Go's heap), where the
+/// binary registered its allocator; RSS otherwise. RSS stays high after a burst is freed
+/// (allocators keep freed pages), so judging it refused good data long after an attack.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeapInUse;
+
+impl HeapInUse {
+    /// What is measured, for the log line at start.
+    pub fn kind(&self) -> &'static str {
+        if profcol_core::telemetry::heap::in_use_bytes().is_some() {
+            "heap in use"
+        } else {
+            "resident set size"
+        }
+    }
+}
+
+impl MemorySource for HeapInUse {
+    fn used_bytes(&self) -> Result<u64, MemoryError> {
+        match profcol_core::telemetry::heap::in_use_bytes() {
+            Some(bytes) => Ok(bytes),
+            None => ProcessRss.used_bytes(),
+        }
+    }
+}
+
 /// Total system memory: `MemTotal` of `/proc/meminfo`.
 pub fn total_system_memory() -> Result<u64, MemoryError> {
     kib_field(&read(MEMINFO)?, "MemTotal").ok_or(MemoryError::Missing {
@@ -113,5 +140,12 @@ mod tests {
             .and_then(|p| p.parse().ok())
             .expect("resident pages");
         assert!(pages > 0);
+    }
+
+    #[test]
+    fn heap_in_use_is_read_from_the_registered_allocator() {
+        profcol_core::telemetry::heap::register(|| Some(42 << 20));
+        assert_eq!(HeapInUse.used_bytes().expect("registered"), 42 << 20);
+        assert_eq!(HeapInUse.kind(), "heap in use");
     }
 }

@@ -419,9 +419,63 @@ mod panicking {
         }
     }
 
+    /// Exporter type `test_panic_sink`: a queued exporter that panics on its
+    /// `on_batch`-th batch and counts the samples of the others.
+    pub struct PanicSinkFactory;
+
+    pub static PANIC_SINK_SAMPLES: std::sync::atomic::AtomicUsize =
+        std::sync::atomic::AtomicUsize::new(0);
+
+    impl crate::component::ExporterFactory for PanicSinkFactory {
+        type Config = PanicConfig;
+        fn type_name(&self) -> &'static str {
+            "test_panic_sink"
+        }
+        fn stability(&self) -> Stability {
+            Stability::Development
+        }
+        fn helper_settings(
+            &self,
+            _: &PanicConfig,
+        ) -> crate::exporterhelper::ExporterHelperSettings {
+            let mut s = crate::exporterhelper::ExporterHelperSettings::default();
+            s.queue.num_consumers = 1;
+            s
+        }
+        fn create(
+            &self,
+            config: PanicConfig,
+            _: &crate::component::CreateContext,
+        ) -> Result<Box<dyn crate::component::Exporter>, BuildError> {
+            Ok(Box::new(PanicSink {
+                on_batch: config.on_batch,
+                seen: std::sync::atomic::AtomicUsize::new(0),
+            }))
+        }
+    }
+
+    struct PanicSink {
+        on_batch: usize,
+        seen: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl crate::component::Exporter for PanicSink {
+        async fn export(&self, batch: ProfileBatch) -> Result<(), crate::component::ExportError> {
+            use std::sync::atomic::Ordering;
+            let seen = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+            if seen == self.on_batch {
+                panic!("export {seen} is cursed");
+            }
+            PANIC_SINK_SAMPLES.fetch_add(batch.sample_count(), Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
     pub fn registry() -> crate::component::Registry {
         let mut r = crate::testkit::registry();
         r.processor(PanicFactory).expect("one test_panic");
+        r.exporter(PanicSinkFactory).expect("one test_panic_sink");
         r
     }
 }
@@ -497,4 +551,63 @@ fn deadlines_saturate_instead_of_overflowing() {
         run::after(now, Duration::from_secs(5)),
         now + Duration::from_secs(5)
     );
+}
+
+#[tokio::test]
+async fn a_panicking_exporter_is_counted_and_later_batches_still_flow() {
+    use std::sync::atomic::Ordering;
+    let reg = panicking::registry();
+    let config = load(
+        &[(
+            "test.yaml".into(),
+            r#"
+receivers:
+  test_source: {service: cart, batches: 4, samples_per_batch: 3}
+exporters:
+  test_panic_sink: {on_batch: 2}
+service:
+  pipelines:
+    profiles: {receivers: [test_source], exporters: [test_panic_sink]}
+"#
+            .into(),
+        )],
+        &env,
+        &reg,
+    )
+    .expect("valid");
+    let telemetry = Telemetry::new();
+    let status = Status::new();
+    let stop = CancellationToken::new();
+    let service = {
+        let (t, st, s) = (telemetry.clone(), status.clone(), stop.clone());
+        tokio::spawn(async move {
+            let reg = panicking::registry();
+            run(config, &reg, t, st, s, ServiceOptions::default()).await
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while panicking::PANIC_SINK_SAMPLES.load(Ordering::SeqCst) < 9
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Batches 1, 3 and 4 arrived: the consumer carried on after the panic on 2.
+    assert_eq!(panicking::PANIC_SINK_SAMPLES.load(Ordering::SeqCst), 9);
+    assert!(status.is_ready(), "an exporter panic fails nothing");
+    assert_eq!(
+        telemetry.value(
+            "profcol_component_panics_total",
+            &[("component", "exporter/test_panic_sink")]
+        ),
+        Some(1)
+    );
+    assert_eq!(
+        telemetry.value(
+            "otelcol_exporter_send_failed_profile_samples_total",
+            &[("exporter", "test_panic_sink")]
+        ),
+        Some(3)
+    );
+    stop.cancel();
+    service.await.expect("joined").expect("a clean stop");
 }

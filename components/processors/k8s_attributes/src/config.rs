@@ -662,7 +662,7 @@ impl Config {
     }
 
     /// The node whose pods are watched: `node_from_env_var`'s value, else `node`. A
-    /// variable that is named but unset is an error: watching every pod in the cluster
+    /// variable that is named but unset or empty is an error (each said as it is): watching every pod in the cluster
     /// from each node by accident is what it would otherwise mean.
     pub fn node_name(
         &self,
@@ -670,8 +670,11 @@ impl Config {
     ) -> Result<Option<String>, String> {
         let var = &self.filter.node_from_env_var;
         if !var.is_empty() {
-            return match env(var).filter(|v| !v.trim().is_empty()) {
-                Some(v) => Ok(Some(v.trim().to_owned())),
+            return match env(var) {
+                Some(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_owned())),
+                Some(_) => Err(format!(
+                    "filter.node_from_env_var names {var}, which is set but empty; set it to the node's name (downward API spec.nodeName)"
+                )),
                 None => Err(format!(
                     "filter.node_from_env_var names {var}, which is not set; set it to the node's name (downward API spec.nodeName)"
                 )),

@@ -220,8 +220,12 @@ fn node_comes_from_the_env_var_which_must_be_set() {
     let unset = |_: &str| None;
     let e = c.node_name(&unset).expect_err("unset");
     assert!(e.contains("names NODE, which is not set"), "{e}");
-    let blank = |_: &str| Some(String::new());
-    assert!(c.node_name(&blank).is_err());
+    for empty in ["", "  "] {
+        let blank = |_: &str| Some(empty.to_owned());
+        let e = c.node_name(&blank).expect_err("empty");
+        assert!(e.contains("names NODE, which is set but empty"), "{e}");
+        assert!(!e.contains("not set"), "{e}");
+    }
     assert_eq!(
         parse("filter:\n  node: fixed\n").node_name(&unset),
         Ok(Some("fixed".into()))

@@ -8,6 +8,7 @@ mod association;
 mod cache;
 mod config;
 mod extract;
+mod listwatch;
 mod meta;
 mod metrics;
 mod pod;
@@ -88,13 +89,91 @@ fn start_watches(
         let synced = watch::wait_synced(&source.shared, timeout).map_err(|e| e.to_string())?;
         if !synced {
             // Dropping `source` stops the watches.
-            return Err(format!(
-                "wait_for_metadata: the Kubernetes metadata did not sync within {timeout:?} from {url}; check that the API server is reachable and that the service account may get, list and watch {}",
-                source.shared.needs.resources().join(", ")
+            return Err(sync_failure(
+                timeout,
+                &url,
+                &who(config, settings.auth_type),
+                &source.shared.health.snapshot(),
             ));
         }
     }
     Ok(source)
+}
+
+/// Whose permissions the API server checks, for errors.
+fn who(config: &Config, auth: config::AuthType) -> String {
+    match auth {
+        config::AuthType::ServiceAccount => {
+            "the pod's service account (auth_type: serviceAccount)".to_owned()
+        }
+        config::AuthType::KubeConfig => {
+            let file = if config.kube_config_path.is_empty() {
+                "the default kubeconfig".to_owned()
+            } else {
+                format!("kubeconfig {}", config.kube_config_path)
+            };
+            let context = if config.context.is_empty() {
+                "its current context".to_owned()
+            } else {
+                format!("context {}", config.context)
+            };
+            format!("the user of {context} in {file} (auth_type: kubeConfig)")
+        }
+        config::AuthType::None => "anonymous requests (auth_type: none)".to_owned(),
+    }
+}
+
+/// Why `wait_for_metadata` gave up, from what each watch went through: the refusals
+/// (resource, verb and the server's answer), else unreachability, else the watches still
+/// listing.
+fn sync_failure(
+    timeout: std::time::Duration,
+    url: &str,
+    who: &str,
+    health: &[(&'static str, listwatch::WatchHealth)],
+) -> String {
+    let waited = format!(
+        "wait_for_metadata: the Kubernetes metadata did not sync within {timeout:?} from {url}"
+    );
+    let refused: Vec<(&str, &listwatch::Fault)> = health
+        .iter()
+        .filter_map(|(what, h)| {
+            h.fault
+                .as_ref()
+                .filter(|f| f.kind == listwatch::FaultKind::Refused)
+                .map(|f| (*what, f))
+        })
+        .collect();
+    if !refused.is_empty() {
+        let calls: Vec<String> = refused
+            .iter()
+            .map(|(what, f)| format!("{} {what} ({f})", f.verb))
+            .collect();
+        let resources: Vec<&str> = refused.iter().map(|(what, _)| *what).collect();
+        return format!(
+            "{waited}: the API server refused to {}; {who} needs get, list and watch on {}",
+            calls.join(", "),
+            resources.join(", ")
+        );
+    }
+    let unreachable = health.iter().find_map(|(_, h)| {
+        h.fault
+            .as_ref()
+            .filter(|f| f.kind == listwatch::FaultKind::Unreachable)
+    });
+    if let Some(f) = unreachable {
+        return format!("{waited}: the API server is unreachable ({f})");
+    }
+    let pending: Vec<&str> = health
+        .iter()
+        .filter(|(_, h)| !h.listed)
+        .map(|(what, _)| *what)
+        .collect();
+    format!(
+        "{waited}: no answer yet to the list of {}; check that the API server is reachable and that {who} may get, list and watch {}",
+        pending.join(", "),
+        pending.join(", ")
+    )
 }
 
 impl ProcessorFactory for K8sAttributesFactory {

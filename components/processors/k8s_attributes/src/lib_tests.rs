@@ -263,3 +263,125 @@ async fn watches_a_kubeconfig_cluster_over_http_and_shares_the_watch() {
     drop(b);
     assert!(running("k8s_attributes/http", &config).is_none());
 }
+
+/// Answers every request with 403, as an API server does to a user without the RBAC.
+async fn forbidding_api(listener: TcpListener) {
+    while let Ok((mut sock, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            loop {
+                let end = loop {
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i;
+                    }
+                    let mut chunk = [0u8; 4096];
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                buf.drain(..end + 4);
+                let target = head.split(' ').nth(1).unwrap_or_default();
+                let resource = target
+                    .split('?')
+                    .next()
+                    .and_then(|p| p.rsplit('/').next())
+                    .unwrap_or_default()
+                    .to_owned();
+                let body = format!(
+                    r#"{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure","message":"{resource} is forbidden: User \"tester\" cannot list resource \"{resource}\"","reason":"Forbidden","code":403}}"#
+                );
+                let reply = format!(
+                    "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if sock.write_all(reply.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_metadata_names_the_refused_resource_verb_and_auth() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(forbidding_api(listener));
+    let dir = scratch("forbidden");
+    let path = kubeconfig(&dir, port);
+    let e = create(
+        &format!(
+            "auth_type: kubeConfig\nkube_config_path: {}\nwait_for_metadata: true\nwait_for_metadata_timeout: 1500ms\nextract:\n  metadata: [k8s.pod.name, k8s.deployment.name]\n",
+            path.display()
+        ),
+        Some("forbidden"),
+    )
+    .err()
+    .expect("refused");
+    let m = &e.message;
+    assert!(m.contains("did not sync within 1.5s"), "{e}");
+    assert!(
+        m.contains("refused to list pods (HTTP 403: Forbidden (pods is forbidden: User \"tester\" cannot list resource \"pods\"))"),
+        "{e}"
+    );
+    assert!(m.contains("list replicasets (HTTP 403"), "{e}");
+    assert!(
+        m.contains(&format!(
+            "the user of its current context in kubeconfig {} (auth_type: kubeConfig) needs get, list and watch on pods, replicasets",
+            path.display()
+        )),
+        "{e}"
+    );
+    assert!(!m.contains("service account"), "{e}");
+}
+
+#[test]
+fn sync_failures_say_what_went_wrong() {
+    use listwatch::{Fault, FaultKind, WatchHealth};
+    let t = Duration::from_secs(10);
+    let down = WatchHealth {
+        listed: false,
+        fault: Some(Fault {
+            verb: "list",
+            kind: FaultKind::Unreachable,
+            code: None,
+            message: "connection refused".into(),
+        }),
+    };
+    let listed = WatchHealth {
+        listed: true,
+        fault: None,
+    };
+    assert_eq!(
+        sync_failure(
+            t,
+            "https://k:6443/",
+            "anonymous requests (auth_type: none)",
+            &[("pods", down)]
+        ),
+        "wait_for_metadata: the Kubernetes metadata did not sync within 10s from https://k:6443/: the API server is unreachable (connection refused)"
+    );
+    assert_eq!(
+        sync_failure(
+            t,
+            "https://k:6443/",
+            "the pod's service account (auth_type: serviceAccount)",
+            &[("nodes", WatchHealth::default()), ("pods", listed)]
+        ),
+        "wait_for_metadata: the Kubernetes metadata did not sync within 10s from https://k:6443/: no answer yet to the list of nodes; check that the API server is reachable and that the pod's service account (auth_type: serviceAccount) may get, list and watch nodes"
+    );
+    assert_eq!(
+        who(&Config::default(), config::AuthType::ServiceAccount),
+        "the pod's service account (auth_type: serviceAccount)"
+    );
+    let c: Config = profcol_core::config::parse_typed(
+        &parse_yaml("t", "auth_type: kubeConfig\ncontext: dev\n").expect("yaml"),
+    )
+    .expect("config");
+    assert_eq!(
+        who(&c, config::AuthType::KubeConfig),
+        "the user of context dev in the default kubeconfig (auth_type: kubeConfig)"
+    );
+}

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -17,13 +16,14 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::NamespaceResourceScope;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::{DELETE_GRACE_PERIOD, PodTable, SWEEP_INTERVAL};
 use crate::config::{AuthType, Config, Settings};
+use crate::listwatch::{self, Health, Reporter, Selectors};
 use crate::meta::{MetaStores, Needs};
 use crate::metrics::Metrics;
 use crate::vocabulary::CLUSTER_UID_NAMESPACE;
@@ -157,6 +157,8 @@ pub struct Shared {
     pub all_synced: Latch,
     pub settings: Arc<Settings>,
     pub needs: Needs,
+    /// Each watch's state: listed yet, and its last fault.
+    pub health: Arc<Health>,
 }
 
 impl Shared {
@@ -168,6 +170,7 @@ impl Shared {
             all_synced: Latch::default(),
             settings,
             needs,
+            health: Arc::default(),
         }
     }
 
@@ -206,15 +209,20 @@ where
     }
 }
 
-fn watcher_config(fields: &str, labels: &str) -> watcher::Config {
-    let mut c = watcher::Config::default();
-    if !fields.is_empty() {
-        c = c.fields(fields);
+fn selectors(fields: &str, labels: &str) -> Selectors {
+    Selectors {
+        fields: fields.to_owned(),
+        labels: labels.to_owned(),
     }
-    if !labels.is_empty() {
-        c = c.labels(labels);
+}
+
+fn reporter(what: &'static str, health: &Arc<Health>, metrics: &Metrics) -> Reporter {
+    Reporter {
+        what,
+        health: health.clone(),
+        errors: metrics.watch_errors(what),
+        policy: listwatch::POLICY,
     }
-    c
 }
 
 /// Creates the stores the config needs and starts every watch; returns the shared state.
@@ -229,6 +237,8 @@ pub fn start(
     let mut stores = MetaStores::default();
     let mut ready: Vec<futures_util::future::BoxFuture<'static, ()>> = Vec::new();
     let ns = settings.namespace.clone();
+    let health = Arc::new(Health::default());
+    health.register("pods");
 
     macro_rules! meta_watch {
         ($field:ident, $kind:ty, $api:expr, $fields:expr, $what:expr) => {{
@@ -240,10 +250,9 @@ pub fn start(
             }));
             tokio::spawn(run_meta_watch(
                 api,
-                watcher_config($fields, ""),
+                selectors($fields, ""),
                 writer,
-                $what,
-                metrics.clone(),
+                reporter($what, &health, &metrics),
                 cancel.clone(),
             ));
             stores.$field = Some(store);
@@ -316,13 +325,17 @@ pub fn start(
         );
     }
 
-    let shared = Arc::new(Shared::new(settings.clone(), stores, needs));
-    let selectors = pod_selectors(&settings, node.as_deref());
+    let shared = Arc::new(Shared {
+        health: health.clone(),
+        ..Shared::new(settings.clone(), stores, needs)
+    });
+    let pod_selectors = pod_selectors(&settings, node.as_deref());
     let pods: Api<Pod> = scoped_api(client, ns.as_deref());
     tokio::spawn(run_pod_watch(
         pods,
-        watcher_config(&selectors.fields, &selectors.labels),
+        selectors(&pod_selectors.fields, &pod_selectors.labels),
         shared.clone(),
+        reporter("pods", &health, &metrics),
         metrics,
         cancel.clone(),
     ));
@@ -358,83 +371,73 @@ fn strip_meta<K>(obj: &mut PartialObjectMeta<K>) {
 
 async fn run_meta_watch<K>(
     api: Api<PartialObjectMeta<K>>,
-    config: watcher::Config,
-    writer: reflector::store::Writer<PartialObjectMeta<K>>,
-    what: &'static str,
-    metrics: Metrics,
+    selectors: Selectors,
+    mut writer: reflector::store::Writer<PartialObjectMeta<K>>,
+    reporter: Reporter,
     cancel: CancellationToken,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     PartialObjectMeta<K>:
         Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync,
 {
-    let stream = reflector::reflector(
-        writer,
-        watcher::watcher(api, config)
-            .modify(strip_meta)
-            .default_backoff(),
-    );
-    let mut stream = std::pin::pin!(stream);
-    loop {
-        let item = tokio::select! {
-            item = stream.next() => item,
-            () = cancel.cancelled() => return,
-        };
-        match item {
-            Some(Ok(_)) => {}
-            Some(Err(e)) => {
-                metrics.watch_errors(what).add(1);
-                tracing::warn!(resource = what, error = %e, "Kubernetes watch failed; retrying with backoff");
+    let run = listwatch::run(api, selectors, reporter, move |mut event| {
+        match &mut event {
+            watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
+                strip_meta(o);
             }
-            None => return,
+            watcher::Event::Init | watcher::Event::InitDone => {}
         }
+        writer.apply_watcher_event(&event);
+    });
+    tokio::select! {
+        () = run => {}
+        () = cancel.cancelled() => {}
     }
 }
 
 async fn run_pod_watch(
     api: Api<Pod>,
-    config: watcher::Config,
+    selectors: Selectors,
     shared: Arc<Shared>,
+    reporter: Reporter,
     metrics: Metrics,
     cancel: CancellationToken,
 ) {
-    let stream = watcher::watcher(api, config)
+    let sink_shared = shared.clone();
+    let sink_metrics = metrics.clone();
+    let run = listwatch::run(api, selectors, reporter, move |mut event| {
         // Dropped before anything else looks at the pod: the record keeps far less anyway.
-        .modify(|p: &mut Pod| p.metadata.managed_fields = None)
-        .default_backoff()
-        .map_err(|e| e.to_string());
-    let mut stream = std::pin::pin!(stream);
-    let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
-    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            _ = sweep.tick() => {
-                let mut table = shared.table.write().unwrap_or_else(|e| e.into_inner());
-                let swept = table.sweep(Instant::now());
-                if swept > 0 {
-                    tracing::debug!(swept, "deleted pods past their grace period dropped");
-                }
-                metrics.table_size.set(i64::try_from(table.len()).unwrap_or(i64::MAX));
-            }
-            item = stream.next() => match item {
-                Some(Ok(event)) => {
-                    let done = matches!(event, watcher::Event::InitDone);
-                    let mut table = shared.table.write().unwrap_or_else(|e| e.into_inner());
-                    let changes = table.handle(event, &shared.settings, Instant::now());
-                    metrics.record(changes, table.len());
-                    drop(table);
-                    if done && !shared.pods_synced.swap(true, Ordering::AcqRel) {
-                        tracing::debug!("pod list complete");
-                    }
-                }
-                Some(Err(e)) => {
-                    metrics.watch_errors("pods").add(1);
-                    tracing::warn!(resource = "pods", error = %e, "Kubernetes watch failed; retrying with backoff");
-                }
-                None => return,
-            }
+        if let watcher::Event::Apply(p) | watcher::Event::InitApply(p) = &mut event {
+            p.metadata.managed_fields = None;
         }
+        let done = matches!(event, watcher::Event::InitDone);
+        let mut table = sink_shared.table.write().unwrap_or_else(|e| e.into_inner());
+        let changes = table.handle(event, &sink_shared.settings, Instant::now());
+        sink_metrics.record(changes, table.len());
+        drop(table);
+        if done && !sink_shared.pods_synced.swap(true, Ordering::AcqRel) {
+            tracing::debug!("pod list complete");
+        }
+    });
+    let sweeper = async {
+        let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            sweep.tick().await;
+            let mut table = shared.table.write().unwrap_or_else(|e| e.into_inner());
+            let swept = table.sweep(Instant::now());
+            if swept > 0 {
+                tracing::debug!(swept, "deleted pods past their grace period dropped");
+            }
+            metrics
+                .table_size
+                .set(i64::try_from(table.len()).unwrap_or(i64::MAX));
+        }
+    };
+    tokio::select! {
+        () = run => {}
+        () = sweeper => {}
+        () = cancel.cancelled() => {}
     }
 }
 

@@ -632,7 +632,10 @@ mod tests {
                 build_id_gnu: Some(vec![0x12; 20]),
                 build_id_go: go.then(|| "goid/abc".to_owned()),
                 is_go: go,
-                inode: Some(start),
+                identity: Some(crate::safe_file::Identity {
+                    dev: Some(0x801),
+                    inode: start,
+                }),
                 rejected: None,
             })),
         })

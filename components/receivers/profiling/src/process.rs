@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use crate::config::Filter;
 use crate::elf::ElfFile;
-use crate::safe_file::{FileLocation, VerifiedFile};
+use crate::safe_file::{FileLocation, Identity, VerifiedFile};
 use crate::{BadInputCounters, ProcessEvent};
 
 /// A process whose address misses every mapping gets its maps read again, at most this
@@ -259,9 +259,9 @@ pub struct ExecutableFile {
     pub build_id_go: Option<String>,
     /// Whether it holds Go's function table (`.gopclntab`).
     pub is_go: bool,
-    /// The inode of the file that was read: symbolization reads a file only when it is
-    /// this one.
-    pub inode: Option<u64>,
+    /// The device and inode of the file that was read: symbolization reads a file only
+    /// when it is this one.
+    pub identity: Option<Identity>,
     /// Why the file was refused when it looked made to mislead (a link, FIFO or device
     /// at its path, another inode than the one mapped, malformed ELF): it is not read
     /// again, not symbolized and not offered for upload.
@@ -274,10 +274,9 @@ impl ExecutableFile {
     }
 
     /// Reads the ids of the first of `locations` that opens, checked
-    /// ([`VerifiedFile::open`]; `mapped_inode` is the inode `/proc/<pid>/maps` gives, 0
-    /// when unknown). Headers and notes are read from that one open file, within its
-    /// size.
-    pub fn read(key: FileKey, locations: &[FileLocation], mapped_inode: u64) -> Self {
+    /// ([`VerifiedFile::open`]; `mapped` is the device and inode `/proc/<pid>/maps`
+    /// gives). Headers and notes are read from that one open file, within its size.
+    pub fn read(key: FileKey, locations: &[FileLocation], mapped: Option<Identity>) -> Self {
         let mut file = ExecutableFile {
             key,
             readable: false,
@@ -285,11 +284,11 @@ impl ExecutableFile {
             build_id_gnu: None,
             build_id_go: None,
             is_go: false,
-            inode: None,
+            identity: None,
             rejected: None,
         };
         for location in locations {
-            let opened = match VerifiedFile::open(location, Some(mapped_inode)) {
+            let opened = match VerifiedFile::open(location, mapped) {
                 Ok(f) => f,
                 Err(e) if e.is_suspicious() => {
                     file.readable = true;
@@ -299,7 +298,7 @@ impl ExecutableFile {
                 Err(_) => continue,
             };
             file.readable = true;
-            file.inode = Some(opened.inode());
+            file.identity = Some(opened.identity());
             let size = opened.size();
             let elf = opened
                 .try_clone_file()
@@ -471,12 +470,12 @@ impl FileCache {
         &mut self,
         key: FileKey,
         locations: &[FileLocation],
-        mapped_inode: u64,
+        mapped: Option<Identity>,
     ) -> Arc<ExecutableFile> {
         if let Some(f) = self.files.get(&key).filter(|f| f.readable) {
             return f.clone();
         }
-        let file = Arc::new(ExecutableFile::read(key.clone(), locations, mapped_inode));
+        let file = Arc::new(ExecutableFile::read(key.clone(), locations, mapped));
         if let Some(reason) = &file.rejected {
             self.counters.files_rejected.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(reason = %reason, "mapped file refused");
@@ -754,7 +753,11 @@ impl ProcessTable {
                     FileKey::Path(mapping.path.clone())
                 };
                 let locations = mapping.locations(&self.procfs, pid);
-                let file = self.files.get_or_read(key, &locations, e.inode);
+                let mapped = (e.inode != 0).then(|| Identity {
+                    dev: Some(makedev(e.dev_major, e.dev_minor)),
+                    inode: e.inode,
+                });
+                let file = self.files.get_or_read(key, &locations, mapped);
                 record_host_executable(&file, &locations);
                 mapping.file = Some(file);
             }
@@ -1051,17 +1054,17 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let mut cache = FileCache::default();
         let key = FileKey::Inode { dev: 1, inode: 2 };
         let host = |p: &Path| [FileLocation::Host(p.to_path_buf())];
-        let missing = cache.get_or_read(key.clone(), &host(Path::new("/nonexistent/x")), 0);
+        let missing = cache.get_or_read(key.clone(), &host(Path::new("/nonexistent/x")), None);
         assert!(!missing.readable && !missing.is_elf);
         let exe = std::env::current_exe().expect("exe");
-        let found = cache.get_or_read(key.clone(), &host(&exe), 0);
+        let found = cache.get_or_read(key.clone(), &host(&exe), None);
         assert!(found.readable && found.is_elf && found.rejected.is_none());
-        let again = cache.get_or_read(key, &host(Path::new("/nonexistent/x")), 0);
+        let again = cache.get_or_read(key, &host(Path::new("/nonexistent/x")), None);
         assert!(Arc::ptr_eq(&found, &again), "cached");
         let not_elf = ExecutableFile::read(
             FileKey::Path("/proc/self/status".into()),
             &host(Path::new("/proc/self/status")),
-            0,
+            None,
         );
         assert!(not_elf.readable && !not_elf.is_elf && not_elf.rejected.is_none());
         assert_eq!(cache.counters.files_rejected.load(Ordering::Relaxed), 0);
@@ -1097,11 +1100,12 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         {
             let path = if name == "real" { exe.clone() } else { d.join(name) };
             let key = FileKey::Inode { dev: 9, inode: i as u64 };
-            let f = cache.get_or_read(key.clone(), &[FileLocation::Host(path)], inode);
+            let mapped = (inode != 0).then_some(Identity { dev: None, inode });
+            let f = cache.get_or_read(key.clone(), &[FileLocation::Host(path)], mapped);
             assert!(f.rejected.is_some(), "{name} refused");
             assert!(f.build_id_gnu.is_none() && !f.is_go, "{name}");
             // Not read (nor counted) again.
-            let again = cache.get_or_read(key, &[], 0);
+            let again = cache.get_or_read(key, &[], None);
             assert!(Arc::ptr_eq(&f, &again));
         }
         assert_eq!(counters.files_rejected.load(Ordering::Relaxed), 4);

@@ -131,6 +131,28 @@ fn check_regular(stat: &Stat) -> Result<(), OpenError> {
     }
 }
 
+/// Which file an open must find: an inode number, and the device when known. The device
+/// is not compared on overlayfs and btrfs, which report another one through `stat`
+/// (the overlay's, the subvolume's) than `/proc/<pid>/maps` does (the real file's
+/// superblock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub dev: Option<u64>,
+    pub inode: u64,
+}
+
+const OVERLAYFS_SUPER_MAGIC: u64 = 0x794c_7630;
+const BTRFS_SUPER_MAGIC: u64 = 0x9123_683e;
+
+/// Whether `st_dev` of files on `fd`'s filesystem may differ from the device `maps` shows.
+fn device_may_differ(fd: &OwnedFd) -> bool {
+    rustix::fs::fstatfs(fd).is_ok_and(|fs| {
+        #[allow(clippy::unnecessary_cast)]
+        let magic = fs.f_type as u64;
+        magic == OVERLAYFS_SUPER_MAGIC || magic == BTRFS_SUPER_MAGIC
+    })
+}
+
 /// A regular file, opened once and checked; reads stay within the size it had then.
 #[derive(Debug)]
 pub struct VerifiedFile {
@@ -142,11 +164,9 @@ pub struct VerifiedFile {
 }
 
 impl VerifiedFile {
-    /// Opens `location` as the module docs say. `expected_inode` (from
-    /// `/proc/<pid>/maps`, when not 0) must be the opened file's inode number. (Device
-    /// numbers are not compared: overlayfs and btrfs report other ones through `stat`
-    /// than through `maps`.)
-    pub fn open(location: &FileLocation, expected_inode: Option<u64>) -> Result<Self, OpenError> {
+    /// Opens `location` as the module docs say. The file must be `expected` (the inode
+    /// `/proc/<pid>/maps` names, or the one first read), when given with an inode not 0.
+    pub fn open(location: &FileLocation, expected: Option<Identity>) -> Result<Self, OpenError> {
         let probe_flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let read_flags = OFlags::RDONLY
             | OFlags::NOFOLLOW
@@ -200,19 +220,21 @@ impl VerifiedFile {
             return Err(OpenError::Swapped);
         }
         let inode = stat.st_ino;
-        if let Some(expected) = expected_inode.filter(|&i| i != 0)
-            && expected != inode
-        {
-            return Err(OpenError::NotTheMappedFile {
-                expected,
-                found: inode,
-            });
+        #[allow(clippy::useless_conversion)]
+        let dev = u64::from(stat.st_dev);
+        if let Some(expected) = expected.filter(|e| e.inode != 0) {
+            let other_dev = expected.dev.is_some_and(|d| d != dev) && !device_may_differ(&fd);
+            if expected.inode != inode || other_dev {
+                return Err(OpenError::NotTheMappedFile {
+                    expected: expected.inode,
+                    found: inode,
+                });
+            }
         }
         Ok(VerifiedFile {
             file: File::from(fd),
             size: u64::try_from(stat.st_size).unwrap_or(0),
-            #[allow(clippy::useless_conversion)]
-            dev: u64::from(stat.st_dev),
+            dev,
             inode,
             path: location.path(),
         })
@@ -229,6 +251,14 @@ impl VerifiedFile {
 
     pub fn inode(&self) -> u64 {
         self.inode
+    }
+
+    /// Device and inode, as this open saw them.
+    pub fn identity(&self) -> Identity {
+        Identity {
+            dev: Some(self.dev),
+            inode: self.inode,
+        }
     }
 
     /// The path it was opened through (for logs).
@@ -372,12 +402,29 @@ mod tests {
         let path = dir.path().join("f");
         std::fs::write(&path, b"x").expect("write");
         let f = VerifiedFile::open(&FileLocation::Host(path.clone()), None).expect("open");
-        let inode = f.inode();
-        assert!(VerifiedFile::open(&FileLocation::Host(path.clone()), Some(inode)).is_ok());
+        let id = f.identity();
+        assert!(VerifiedFile::open(&FileLocation::Host(path.clone()), Some(id)).is_ok());
+        let only_inode = Identity { dev: None, ..id };
+        assert!(VerifiedFile::open(&FileLocation::Host(path.clone()), Some(only_inode)).is_ok());
+        let other_inode = Identity {
+            inode: id.inode + 1,
+            ..id
+        };
         assert!(matches!(
-            VerifiedFile::open(&FileLocation::Host(path), Some(inode + 1)),
+            VerifiedFile::open(&FileLocation::Host(path.clone()), Some(other_inode)),
             Err(OpenError::NotTheMappedFile { .. })
         ));
+        // The same inode number on another device (not overlayfs or btrfs here: /tmp).
+        let other_dev = Identity {
+            dev: id.dev.map(|d| d + 1),
+            ..id
+        };
+        if !device_may_differ(&rustix::fs::open(&path, OFlags::PATH, Mode::empty()).expect("fd")) {
+            assert!(matches!(
+                VerifiedFile::open(&FileLocation::Host(path), Some(other_dev)),
+                Err(OpenError::NotTheMappedFile { .. })
+            ));
+        }
     }
 
     #[test]
@@ -394,7 +441,11 @@ mod tests {
             "/proc/self/map_files/{:x}-{:x}",
             entry.start, entry.end
         ));
-        match VerifiedFile::open(&FileLocation::MapFiles(path), Some(entry.inode)) {
+        let mapped = Identity {
+            dev: Some(crate::process::makedev(entry.dev_major, entry.dev_minor)),
+            inode: entry.inode,
+        };
+        match VerifiedFile::open(&FileLocation::MapFiles(path), Some(mapped)) {
             Ok(f) => assert_eq!(f.inode(), entry.inode),
             Err(OpenError::Io(e)) if e.kind() == io::ErrorKind::PermissionDenied => {
                 eprintln!("skipping: map_files needs CAP_SYS_ADMIN");

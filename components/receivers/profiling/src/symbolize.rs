@@ -448,7 +448,7 @@ impl Worker {
             return None;
         }
         for location in &request.locations {
-            match VerifiedFile::open(location, file.inode) {
+            match VerifiedFile::open(location, file.identity) {
                 Ok(f) => return Some(f),
                 Err(e) if e.is_suspicious() => {
                     self.counters.files_rejected.fetch_add(1, Ordering::Relaxed);
@@ -711,7 +711,7 @@ mod tests {
             build_id_gnu: Some(vec![1; 20]),
             build_id_go: None,
             is_go: false,
-            inode: None,
+            identity: None,
             rejected: None,
         }));
         assert_eq!(s.symbolize_files(vec![other]), vec![vec![None]]);
@@ -729,7 +729,7 @@ mod tests {
                 build_id_gnu: None,
                 build_id_go: None,
                 is_go: false,
-                inode: None,
+                identity: None,
                 rejected: None,
             })),
             locations: vec![FileLocation::Host("/nonexistent/binary".into())],
@@ -940,8 +940,8 @@ mod tests {
         let counters = Arc::new(BadInputCounters::default());
         let key = FileKey::Path(copy.display().to_string());
         let location = FileLocation::Host(copy.clone());
-        let file = Arc::new(ExecutableFile::read(key, std::slice::from_ref(&location), 0));
-        assert!(file.is_elf && file.inode.is_some());
+        let file = Arc::new(ExecutableFile::read(key, std::slice::from_ref(&location), None));
+        assert!(file.is_elf && file.identity.is_some());
         let _ = profcol_symbolize_marker(1);
         let addr = profcol_symbolize_marker as *const () as usize as u64;
         let (m, _) = own_mapping(addr);

@@ -17,6 +17,38 @@ mod glob;
 mod pyroscope;
 mod scrape;
 
+/// The request decoders, reachable for the fuzz targets in `fuzz/`; not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use profcol_core::decode_budget::DecodeBudget;
+    use profcol_core::pdata::ProfileBatch;
+
+    /// Decodes a Connect `Push` body as the server does, within `limit` bytes.
+    pub fn push(body: &[u8], limit: usize) -> Result<Option<ProfileBatch>, String> {
+        let mut permit = DecodeBudget::new(1024).permit();
+        crate::pyroscope::push(body, limit, &mut permit).map_err(|e| e.to_string())
+    }
+
+    /// Decodes an `/ingest` request (`query` and `content_type` as sent) as the server does.
+    pub fn ingest(
+        query: &str,
+        content_type: &str,
+        body: &[u8],
+        limit: usize,
+    ) -> Result<ProfileBatch, String> {
+        let uri: http::Uri = format!("/ingest?{query}")
+            .parse()
+            .map_err(|e| format!("{e}"))?;
+        let mut headers = http::HeaderMap::new();
+        if let Ok(v) = http::HeaderValue::from_str(content_type) {
+            headers.insert(http::header::CONTENT_TYPE, v);
+        }
+        let mut permit = DecodeBudget::new(1024).permit();
+        crate::pyroscope::ingest(&uri, &headers, body, limit, &mut permit)
+            .map_err(|e| e.to_string())
+    }
+}
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;

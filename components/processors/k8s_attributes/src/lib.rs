@@ -13,6 +13,7 @@ mod meta;
 mod metrics;
 mod pod;
 mod processor;
+mod quiet;
 #[cfg(test)]
 mod testutil;
 mod vocabulary;

@@ -203,6 +203,9 @@ pub struct WatchHealth {
 #[derive(Debug, Default)]
 pub struct Health {
     watches: Mutex<BTreeMap<&'static str, WatchHealth>>,
+    /// An outage was logged and has not ended for every watch yet: it is one event for
+    /// the API server, logged once however many watches see it.
+    outage_logged: std::sync::atomic::AtomicBool,
 }
 
 impl Health {
@@ -232,6 +235,25 @@ impl Health {
         let health = watches.entry(what).or_default();
         health.listed |= listed;
         health.fault.take()
+    }
+
+    /// True for the first watch to see an outage, until the outage ends.
+    fn outage_begins(&self) -> bool {
+        !self
+            .outage_logged
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// True once no watch sees the outage any more (and it was logged).
+    fn outage_ends(&self) -> bool {
+        let any = self.lock().values().any(|h| {
+            h.fault
+                .as_ref()
+                .is_some_and(|f| f.kind == FaultKind::Unreachable)
+        });
+        !any && self
+            .outage_logged
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
     }
 
     /// Every watch's health, by resource.
@@ -288,7 +310,12 @@ impl Reporter {
         };
         let (verb, kind) = (fault.verb, fault.kind);
         let text = fault.to_string();
-        if self.health.fault(self.what, fault) {
+        let changed = self.health.fault(self.what, fault);
+        let log = match kind {
+            FaultKind::Refused => changed,
+            FaultKind::Unreachable => changed && self.health.outage_begins(),
+        };
+        if log {
             match kind {
                 FaultKind::Refused => tracing::warn!(
                     resource = self.what,
@@ -311,14 +338,29 @@ impl Reporter {
     }
 
     fn ok(&self, listed: bool) {
-        if let Some(fault) = self.health.ok(self.what, listed) {
-            tracing::info!(
+        let Some(fault) = self.health.ok(self.what, listed) else {
+            return;
+        };
+        let verb = if listed { "list" } else { "watch" };
+        match fault.kind {
+            FaultKind::Refused => tracing::info!(
                 resource = self.what,
                 after = %fault,
-                "Kubernetes {} {} works again",
-                self.what,
-                if listed { "list" } else { "watch" }
-            );
+                "the Kubernetes {} {verb} works again",
+                self.what
+            ),
+            FaultKind::Unreachable if self.health.outage_ends() => tracing::info!(
+                resource = self.what,
+                after = %fault,
+                "the Kubernetes API server answers again; every watch works again"
+            ),
+            FaultKind::Unreachable => {
+                tracing::debug!(
+                    resource = self.what,
+                    "the Kubernetes {} {verb} works again",
+                    self.what
+                );
+            }
         }
     }
 }

@@ -110,7 +110,15 @@ fn a_fault_is_worth_a_log_line_only_when_it_changes() {
         !h.fault("pods", down("connection reset")),
         "an outage is one change"
     );
+    // ... for every watch: logged by the first to see it, ended by the last.
+    assert!(h.outage_begins());
+    assert!(h.fault("nodes", down("connection refused")));
+    assert!(!h.outage_begins());
+    assert_eq!(h.ok("nodes", false), Some(down("connection refused")));
+    assert!(!h.outage_ends(), "pods still sees it");
     assert_eq!(h.ok("pods", true), Some(down("connection reset")));
+    assert!(h.outage_ends());
+    assert!(!h.outage_ends());
     assert_eq!(h.ok("pods", false), None);
     assert!(h.fault("pods", down("connection refused")), "a new outage");
     let snapshot = h.snapshot();

@@ -390,7 +390,7 @@ async fn run_meta_watch<K>(
         writer.apply_watcher_event(&event);
     });
     tokio::select! {
-        () = run => {}
+        () = crate::quiet::quiet(run) => {}
         () = cancel.cancelled() => {}
     }
 }
@@ -435,7 +435,7 @@ async fn run_pod_watch(
         }
     };
     tokio::select! {
-        () = run => {}
+        () = crate::quiet::quiet(run) => {}
         () = sweeper => {}
         () = cancel.cancelled() => {}
     }

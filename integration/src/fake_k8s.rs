@@ -3,8 +3,12 @@
 //! honouring `fieldSelector` (`a.b=v`, `a.b!=v`) and `labelSelector` (`k=v`, `k!=v`, `k`,
 //! `!k`), metadata-only answers when asked for `PartialObjectMetadata`, and objects that
 //! tests add, change and delete while watches are open. Plain HTTP/1.1 on std threads.
+//!
+//! Faults on demand: resources whose lists and watches are refused (403, as RBAC
+//! refuses), an outage (every connection dropped, new ones closed unanswered), and
+//! compaction (watches from an older version get 410 "too old resource version").
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -30,6 +34,12 @@ struct Inner {
     objects: BTreeMap<(String, String, String), Value>,
     changes: Vec<Change>,
     requests: Vec<String>,
+    /// When each request came, with its target.
+    timed: Vec<(Instant, String)>,
+    /// Resources whose lists and watches get 403.
+    refused: BTreeSet<String>,
+    /// Watches from a version below this get 410.
+    compacted: u64,
 }
 
 #[derive(Default)]
@@ -37,6 +47,8 @@ struct State {
     inner: Mutex<Inner>,
     changed: Condvar,
     stop: AtomicBool,
+    /// An outage: connections are dropped and requests go unanswered.
+    down: AtomicBool,
 }
 
 impl State {
@@ -147,6 +159,35 @@ impl FakeKube {
     /// Every request target seen so far (`/api/v1/pods?fieldSelector=...`).
     pub fn requests(&self) -> Vec<String> {
         self.state.lock().requests.clone()
+    }
+
+    /// Every request answered (not those of an outage) with when it came.
+    pub fn timed_requests(&self) -> Vec<(Instant, String)> {
+        self.state.lock().timed.clone()
+    }
+
+    /// Lists and watches of `resource` get 403 Forbidden, as when RBAC does not grant it.
+    pub fn refuse(&self, resource: &str) {
+        self.state.lock().refused.insert(resource.to_owned());
+    }
+
+    /// Undoes `refuse`.
+    pub fn allow(&self, resource: &str) {
+        self.state.lock().refused.remove(resource);
+    }
+
+    /// Starts (`true`) or ends an outage: while it lasts, open connections (watches
+    /// included) are dropped and new ones are closed without an answer.
+    pub fn set_down(&self, down: bool) {
+        self.state.down.store(down, Ordering::SeqCst);
+        self.state.changed.notify_all();
+    }
+
+    /// Forgets the history up to now, as etcd compaction does: a watch from an older
+    /// version gets an ERROR event with 410 "too old resource version" and ends.
+    pub fn compact(&self) {
+        let mut inner = self.state.lock();
+        inner.compacted = inner.version;
     }
 }
 
@@ -317,7 +358,14 @@ fn serve(sock: TcpStream, state: &State) {
     let mut writer = write_half;
     let mut reader = BufReader::new(sock);
     while let Some(req) = read_request(&mut reader) {
-        state.lock().requests.push(req.target.clone());
+        if state.down.load(Ordering::SeqCst) {
+            return;
+        }
+        {
+            let mut inner = state.lock();
+            inner.requests.push(req.target.clone());
+            inner.timed.push((Instant::now(), req.target.clone()));
+        }
         let metadata_only = req.accept.contains("as=PartialObjectMetadata");
         let Some(query) = parse_target(&req.target) else {
             let body = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}"#;
@@ -330,6 +378,23 @@ fn serve(sock: TcpStream, state: &State) {
             }
             continue;
         };
+        if state.lock().refused.contains(&query.resource) {
+            let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "reason": "Forbidden", "code": 403,
+                "details": {"kind": query.resource},
+                "message": format!("{r} is forbidden: User \"tester\" cannot list resource \"{r}\" in API group \"\" at the cluster scope", r = query.resource)})
+            .to_string();
+            let head = format!(
+                "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            if writer.write_all(head.as_bytes()).is_err()
+                || writer.write_all(body.as_bytes()).is_err()
+            {
+                return;
+            }
+            continue;
+        }
         let ok = if query
             .params
             .get("watch")
@@ -395,6 +460,15 @@ fn watch(writer: &mut TcpStream, state: &State, query: &Query, metadata_only: bo
         .map_or(Duration::from_secs(300), Duration::from_secs);
     let started = Instant::now();
     let mut inner = state.lock();
+    if after < inner.compacted {
+        drop(inner);
+        let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+            "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
+            "message": format!("too old resource version: {after}")}});
+        let mut bytes = gone.to_string().into_bytes();
+        bytes.push(b'\n');
+        return chunk(writer, &bytes) && writer.write_all(b"0\r\n\r\n").is_ok();
+    }
     loop {
         let pending: Vec<Change> = inner
             .changes
@@ -412,7 +486,7 @@ fn watch(writer: &mut TcpStream, state: &State, query: &Query, metadata_only: bo
                 return false;
             }
         }
-        if state.stop.load(Ordering::Relaxed) {
+        if state.stop.load(Ordering::Relaxed) || state.down.load(Ordering::SeqCst) {
             return false;
         }
         if started.elapsed() >= limit {

@@ -530,7 +530,9 @@ fn an_api_server_that_is_down_never_holds_profiles_back() {
     );
     assert!(
         c.logs()
-            .contains("Kubernetes watch failed; retrying with backoff")
+            .contains("the Kubernetes API server is unreachable; retrying with backoff"),
+        "{}",
+        c.logs()
     );
     assert!(c.stop().success());
 
@@ -551,6 +553,218 @@ fn an_api_server_that_is_down_never_holds_profiles_back() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("did not sync within 1s"), "{stderr}");
+}
+
+/// A simple pod of namespace `shop` on node-a.
+fn plain_pod(name: &str, uid: &str, cid: &str) -> Value {
+    TestPod {
+        name,
+        uid,
+        node: "node-a",
+        ip: "10.1.0.9",
+        container_id: cid,
+        owner: None,
+        labels: json!({}),
+        annotations: json!({}),
+    }
+    .json()
+}
+
+/// A refused list is retried with exponential backoff (1, 2, 4, 8 s ... capped at 30 s),
+/// not about once a second as kube-runtime's watcher did, and the refusal is logged once,
+/// not twice per attempt. The start error under wait_for_metadata names what was refused
+/// and whose permissions they are.
+#[test]
+fn a_refused_list_backs_off_and_is_logged_once() {
+    let dir = scratch("k8s-refused");
+    let kube = FakeKube::start();
+    kube.refuse("pods");
+    let kubeconfig = kube.kubeconfig(&dir);
+    let (http_port, health, metrics) = (free_port(), free_port(), free_port());
+    let out = dir.join("out.jsonl");
+    let text = config(&kubeconfig, &out, http_port, health, metrics)
+        .replace("    wait_for_metadata: true\n", "");
+    let path = dir.join("refused.yaml");
+    std::fs::write(&path, &text).expect("config");
+    let c = Collector::start_file(
+        &dir,
+        "refused",
+        &path,
+        &[("K8S_NODE_NAME", "node-a".to_owned())],
+        health,
+        metrics,
+    );
+    let pod_lists = || -> Vec<Instant> {
+        kube.timed_requests()
+            .into_iter()
+            .filter(|(_, t)| t.contains("/pods") && !t.contains("watch=true"))
+            .map(|(at, _)| at)
+            .collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || !pod_lists().is_empty()),
+        "{}",
+        c.logs()
+    );
+    let first = pod_lists()[0];
+    let window = Duration::from_secs(20);
+    std::thread::sleep(window.saturating_sub(first.elapsed()));
+    let tried: Vec<Duration> = pod_lists()
+        .into_iter()
+        .map(|at| at.duration_since(first))
+        .filter(|d| *d < window)
+        .collect();
+    // At 0, 1, 3, 7 and 15 s (each wait + up to 10 %); once a second would be 20.
+    assert_eq!(tried.len(), 5, "pod lists at {tried:?}\n{}", c.logs());
+    for pair in tried.windows(2) {
+        assert!(pair[1] - pair[0] >= Duration::from_millis(900), "{tried:?}");
+    }
+    let logs = c.logs();
+    let warnings: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("pods"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning for one refusal:\n{logs}");
+    assert!(
+        warnings[0].contains("refused to list pods") && warnings[0].contains("HTTP 403"),
+        "{}",
+        warnings[0]
+    );
+    assert!(
+        c.metric(
+            "otelcol_otelsvc_k8s_watch_errors_total",
+            &[("resource", "pods")]
+        ) >= 5.0,
+        "every try is counted"
+    );
+    assert!(c.stop().success());
+
+    // wait_for_metadata: the start error names the refused resource and verb, the
+    // server's answer and the auth kind in use (kubeConfig here, not "service account").
+    let waiting = text.replace(
+        "    wait_for_metadata_timeout: 20s\n",
+        "    wait_for_metadata: true\n    wait_for_metadata_timeout: 2s\n",
+    );
+    let path = dir.join("waiting.yaml");
+    std::fs::write(&path, waiting).expect("config");
+    let output = Command::new(profcol_bin())
+        .arg("--config")
+        .arg(&path)
+        .env("K8S_NODE_NAME", "node-a")
+        .stdin(Stdio::null())
+        .output()
+        .expect("profcol runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("did not sync within 2s"), "{stderr}");
+    assert!(
+        stderr.contains("refused to list pods (HTTP 403: Forbidden (pods is forbidden"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("(auth_type: kubeConfig) needs get, list and watch on pods"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("service account"), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("profcol: "))
+        .unwrap_or_default();
+    assert!(
+        !error.contains("replicasets"),
+        "only what was refused is named: {error}"
+    );
+
+    // An empty K8S_NODE_NAME is reported as empty, not as unset.
+    let output = Command::new(profcol_bin())
+        .arg("--config")
+        .arg(&path)
+        .env("K8S_NODE_NAME", "")
+        .stdin(Stdio::null())
+        .output()
+        .expect("profcol runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("K8S_NODE_NAME, which is set but empty"),
+        "{stderr}"
+    );
+}
+
+/// After an API outage long enough for the backoff to reach its cap, with the history
+/// compacted meanwhile (so the old watch version is gone: 410), pods created during and
+/// right after the outage are matched within a few seconds of the API coming back.
+#[test]
+fn after_an_api_outage_new_pods_are_matched_within_seconds() {
+    let dir = scratch("k8s-outage");
+    let kube = FakeKube::start();
+    kube.apply("pods", plain_pod("before-0", "uid-before", WEB_CID));
+    let kubeconfig = kube.kubeconfig(&dir);
+    let (http_port, health, metrics) = (free_port(), free_port(), free_port());
+    let out = dir.join("out.jsonl");
+    let path = dir.join("outage.yaml");
+    std::fs::write(&path, config(&kubeconfig, &out, http_port, health, metrics)).expect("config");
+    let c = Collector::start_file(
+        &dir,
+        "outage",
+        &path,
+        &[("K8S_NODE_NAME", "node-a".to_owned())],
+        health,
+        metrics,
+    );
+    let template = template();
+    let matched = |case: &str, cid: &str, pod: &str| {
+        post(
+            http_port,
+            &request(&template, &[(case, &[("container.id", cid)])]),
+        );
+        eventually(Duration::from_millis(800), || {
+            resources(&out)
+                .get(case)
+                .and_then(|r| get(r, "k8s.pod.name").map(str::to_owned))
+                .as_deref()
+                == Some(pod)
+        })
+    };
+    assert!(matched("before", WEB_CID, "before-0"), "{}", c.logs());
+
+    kube.set_down(true);
+    // Long enough for the backoff to reach its 5 s cap (0.5 + 1 + 2 + 4 s of waits).
+    std::thread::sleep(Duration::from_secs(15));
+    kube.apply("pods", plain_pod("during-0", "uid-during", CART_CID));
+    kube.compact();
+    kube.set_down(false);
+    let up = Instant::now();
+    kube.apply("pods", plain_pod("after-0", "uid-after", CHECKOUT_CID));
+    let mut n = 0;
+    let found = loop {
+        n += 1;
+        if matched(&format!("after-{n}"), CHECKOUT_CID, "after-0") {
+            break Some(up.elapsed());
+        }
+        if up.elapsed() > Duration::from_secs(30) {
+            break None;
+        }
+    };
+    let took = found.unwrap_or_else(|| panic!("never matched\n{}", c.logs()));
+    // The next try comes within the 5 s cap (+10 %), the 410 relists at once.
+    assert!(
+        took < Duration::from_secs(8),
+        "matched {took:?} after the API came back"
+    );
+    assert!(matched("during", CART_CID, "during-0"), "{}", c.logs());
+    let logs = c.logs();
+    let outage_warnings = logs
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("unreachable"))
+        .count();
+    assert_eq!(outage_warnings, 1, "one outage, one warning:\n{logs}");
+    assert!(
+        !logs.contains("failed with error") && !logs.contains("eof in poll"),
+        "kube-client's line per try is not shown:\n{logs}"
+    );
+    assert!(logs.contains("answers again"), "{logs}");
+    assert!(c.stop().success());
 }
 
 /// A cgroup hierarchy this test may create groups in: the cgroup2 mount, else a v1 one.

@@ -702,17 +702,27 @@ fn pprof_sample_bytes(d: &ProfilesDictionary, s: &Sample, resource_labels: usize
 }
 
 /// Profiles that together make one pprof: same period, window and attributes, distinct
-/// sample types. A profile joins the first group with its shape that lacks its sample
-/// type; since groups of one shape fill in order, that is the group numbered by how many
-/// of them already hold the type, so no group is scanned.
+/// sample types.
 fn group_profiles<'a>(d: &ProfilesDictionary, profiles: &'a [Profile]) -> Vec<Vec<&'a Profile>> {
+    pprof_groups(d, profiles)
+        .into_iter()
+        .map(|g| g.into_iter().filter_map(|i| profiles.get(i)).collect())
+        .collect()
+}
+
+/// How [`batch_to_pprof`] groups a scope's profiles into pprofs, as indices into
+/// `profiles`: same period, window and attributes, distinct sample types, in order of
+/// first appearance. A profile joins the first group of its shape that lacks its sample
+/// type; since groups of one shape fill in order, that is the group numbered by how many
+/// of them already hold the type, so no group is scanned and the work is linear.
+pub fn pprof_groups(d: &ProfilesDictionary, profiles: &[Profile]) -> Vec<Vec<usize>> {
     let text = |i: i32| d.string_table.get(i as usize).map_or("", String::as_str);
     let vt = |v: Option<ValueType>| v.map(|v| (text(v.type_strindex), text(v.unit_strindex)));
     type Shape<'s> = (Option<(&'s str, &'s str)>, i64, u64, u64, &'s [i32]);
-    let mut groups: Vec<Vec<&Profile>> = Vec::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut by_shape: FastMap<Shape<'_>, Vec<usize>> = FastMap::new();
     let mut holding_type: FastMap<(Shape<'_>, Option<(&str, &str)>), usize> = FastMap::new();
-    for p in profiles {
+    for (i, p) in profiles.iter().enumerate() {
         let shape: Shape<'_> = (
             vt(p.period_type),
             p.period,
@@ -723,10 +733,10 @@ fn group_profiles<'a>(d: &ProfilesDictionary, profiles: &'a [Profile]) -> Vec<Ve
         let held = holding_type.entry((shape, vt(p.sample_type))).or_insert(0);
         let of_shape = by_shape.entry(shape).or_default();
         match of_shape.get(*held) {
-            Some(&g) => groups[g].push(p),
+            Some(&g) => groups[g].push(i),
             None => {
                 of_shape.push(groups.len());
-                groups.push(vec![p]);
+                groups.push(vec![i]);
             }
         }
         *held += 1;

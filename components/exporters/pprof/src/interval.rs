@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use profcol_core::pdata::pprof::pprof_groups;
 use profcol_core::pdata::types::{
     KeyValue, Profile, ProfilesDictionary, Resource, ResourceProfiles, ScopeProfiles, ValueType,
 };
@@ -75,41 +76,17 @@ fn type_names(d: &ProfilesDictionary, vt: Option<ValueType>) -> (String, String)
     )
 }
 
-/// Profiles that make one pprof, as `batch_to_pprof` groups them: same period, window
-/// and attributes, distinct sample types. Indices into `profiles`.
-fn group_profiles(d: &ProfilesDictionary, profiles: &[Profile]) -> Vec<Vec<usize>> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (i, p) in profiles.iter().enumerate() {
-        let fits = |g: &Vec<usize>| {
-            let Some(first) = g.first().and_then(|&f| profiles.get(f)) else {
-                return false;
-            };
-            type_names(d, first.period_type) == type_names(d, p.period_type)
-                && first.period == p.period
-                && first.time_unix_nano == p.time_unix_nano
-                && first.duration_nano == p.duration_nano
-                && first.attribute_indices == p.attribute_indices
-                && g.iter()
-                    .filter_map(|&q| profiles.get(q))
-                    .all(|q| type_names(d, q.sample_type) != type_names(d, p.sample_type))
-        };
-        match groups.iter_mut().find(|g| fits(g)) {
-            Some(g) => g.push(i),
-            None => groups.push(vec![i]),
-        }
-    }
-    groups
-}
-
 /// The batch cut by group key. A batch that is all one group is not copied.
 pub(crate) fn split(batch: &ProfileBatch) -> Vec<(GroupKey, ProfileBatch)> {
     let d = batch.dictionary();
     let mut parts: Vec<(GroupKey, Vec<ResourceProfiles>)> = Vec::new();
+    // Keys are found by hashing: a batch of many services must not make this quadratic.
+    let mut position: HashMap<GroupKey, usize> = HashMap::new();
     for rp in batch.resource_profiles() {
         let attributes = rp.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
         let service = service_name(attributes);
         for sp in &rp.scope_profiles {
-            for group in group_profiles(d, &sp.profiles) {
+            for group in pprof_groups(d, &sp.profiles) {
                 let profiles: Vec<&Profile> =
                     group.iter().filter_map(|&i| sp.profiles.get(i)).collect();
                 if profiles.iter().all(|p| p.samples.is_empty()) {
@@ -133,9 +110,12 @@ pub(crate) fn split(batch: &ProfileBatch) -> Vec<(GroupKey, ProfileBatch)> {
                         profiles: profiles.into_iter().cloned().collect(),
                     }],
                 };
-                match parts.iter_mut().find(|(k, _)| *k == key) {
-                    Some((_, list)) => list.push(part),
-                    None => parts.push((key, vec![part])),
+                match position.get(&key) {
+                    Some(&at) => parts[at].1.push(part),
+                    None => {
+                        position.insert(key.clone(), parts.len());
+                        parts.push((key, vec![part]));
+                    }
                 }
             }
         }
@@ -166,8 +146,15 @@ pub(crate) fn collapse(mut batch: ProfileBatch) -> ProfileBatch {
     };
     let mut common = attributes_of(first_rp);
     for rp in &rps[1..] {
-        let theirs = attributes_of(rp);
-        common.retain(|kv| theirs.contains(kv));
+        let theirs = rp.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
+        if common.len().saturating_mul(theirs.len()) <= 256 {
+            common.retain(|kv| theirs.contains(kv));
+        } else {
+            // Long lists on both sides: compare encodings by hashing, not pair by pair.
+            let present: std::collections::HashSet<Vec<u8>> =
+                theirs.iter().map(prost::Message::encode_to_vec).collect();
+            common.retain(|kv| present.contains(&prost::Message::encode_to_vec(kv)));
+        }
     }
     let resource = rps
         .iter()
@@ -199,7 +186,17 @@ pub(crate) fn collapse(mut batch: ProfileBatch) -> ProfileBatch {
         .max(start);
     let mut shared_attributes = first.attribute_indices.clone();
     for p in &profiles[1..] {
-        shared_attributes.retain(|a| p.attribute_indices.contains(a));
+        if shared_attributes
+            .len()
+            .saturating_mul(p.attribute_indices.len())
+            <= 256
+        {
+            shared_attributes.retain(|a| p.attribute_indices.contains(a));
+        } else {
+            let present: std::collections::HashSet<i32> =
+                p.attribute_indices.iter().copied().collect();
+            shared_attributes.retain(|a| present.contains(a));
+        }
     }
     let mut merged: Vec<Profile> = Vec::new();
     for p in &profiles {

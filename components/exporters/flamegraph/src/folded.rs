@@ -12,6 +12,21 @@ pub const UNKNOWN_SERVICE: &str = "unknown_service";
 /// The line for a sample whose stack is empty.
 const NO_STACK: &str = "[unknown]";
 
+/// Longest frame name drawn; longer ones (a sender's, or a C++ template's) are cut with
+/// an ellipsis, so that one name cannot make every line that holds it huge.
+const MAX_FRAME_NAME: usize = 1024;
+
+/// Longest folded line: deeper frames (leafward) are dropped and the line ends in
+/// [`TRUNCATED`]. 8192 frames of 32 bytes fit.
+const MAX_LINE: usize = 256 << 10;
+const TRUNCATED: &str = "[truncated]";
+
+/// Bytes of distinct folded lines one interval may hold over all graphs; past it, new
+/// stacks are summed into [`OTHER_STACKS`], so that a sender with endless distinct stacks
+/// cannot grow the exporter without bound.
+pub(crate) const MAX_INTERVAL_LINE_BYTES: usize = 256 << 20;
+const OTHER_STACKS: &str = "[other stacks: over the exporter's memory cap]";
+
 /// One flame graph in the making.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Graph {
@@ -33,6 +48,10 @@ pub(crate) struct Graph {
 pub(crate) struct Accumulator {
     graphs: Vec<Graph>,
     index: HashMap<(String, String), usize>,
+    /// Bytes of the distinct lines held, against [`MAX_INTERVAL_LINE_BYTES`].
+    line_bytes: usize,
+    /// Samples summed into [`OTHER_STACKS`] this interval.
+    pub(crate) over_cap: u64,
 }
 
 /// The service a resource belongs to (semantic-convention default included).
@@ -55,6 +74,14 @@ fn clean_frame(name: &str) -> String {
         if !tail.is_empty() && tail.chars().all(|c| c.is_ascii_digit() || c == '.') {
             out.replace_range(space..space + 1, "_");
         }
+    }
+    if out.len() > MAX_FRAME_NAME {
+        let mut cut = MAX_FRAME_NAME;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
     }
     let trimmed = out.trim();
     if trimmed.is_empty() {
@@ -86,6 +113,8 @@ impl Accumulator {
         // folded line per stack, computed once per batch.
         let mut frames: HashMap<i32, Vec<String>> = HashMap::new();
         let mut lines: HashMap<i32, String> = HashMap::new();
+        let mut lines_bytes = 0usize;
+        let (mut line_bytes, mut over_cap) = (self.line_bytes, self.over_cap);
         for rp in batch.resource_profiles() {
             let attributes = rp.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
             let service = service_name(attributes);
@@ -112,15 +141,39 @@ impl Accumulator {
                     if value == 0 {
                         continue;
                     }
-                    let line = lines
-                        .entry(s.stack_index)
-                        .or_insert_with(|| fold(d, s.stack_index, &mut frames));
-                    let slot = graph.stacks.entry(line.clone()).or_default();
+                    // Past the cap, stacks not seen yet are not even folded.
+                    let held = line_bytes.saturating_add(lines_bytes);
+                    if !lines.contains_key(&s.stack_index) && held < MAX_INTERVAL_LINE_BYTES {
+                        let line = fold(d, s.stack_index, &mut frames);
+                        lines_bytes += line.len();
+                        lines.insert(s.stack_index, line);
+                    }
+                    let slot = match lines.get(&s.stack_index) {
+                        Some(line) => match graph.stacks.get_mut(line.as_str()) {
+                            Some(slot) => slot,
+                            None if line_bytes.saturating_add(line.len())
+                                <= MAX_INTERVAL_LINE_BYTES =>
+                            {
+                                line_bytes += line.len();
+                                graph.stacks.entry(line.clone()).or_default()
+                            }
+                            None => {
+                                over_cap += 1;
+                                graph.stacks.entry(OTHER_STACKS.to_owned()).or_default()
+                            }
+                        },
+                        None => {
+                            over_cap += 1;
+                            graph.stacks.entry(OTHER_STACKS.to_owned()).or_default()
+                        }
+                    };
                     *slot = slot.saturating_add(value);
                     graph.total = graph.total.saturating_add(value);
                 }
             }
         }
+        self.line_bytes = line_bytes;
+        self.over_cap = over_cap;
     }
 
     /// The graph for (service, type), made on first use. A type seen again with another
@@ -166,6 +219,15 @@ impl Accumulator {
     /// The graphs so far; the accumulator is left empty.
     pub fn take(&mut self) -> Vec<Graph> {
         self.index.clear();
+        self.line_bytes = 0;
+        if self.over_cap > 0 {
+            tracing::warn!(
+                samples = self.over_cap,
+                cap_mib = MAX_INTERVAL_LINE_BYTES >> 20,
+                "flamegraph: distinct stacks this interval exceeded the memory cap; the rest are drawn as one \"other stacks\" frame"
+            );
+            self.over_cap = 0;
+        }
         std::mem::take(&mut self.graphs)
     }
 }
@@ -189,6 +251,11 @@ fn fold(
             names
         });
         for name in names.iter() {
+            if line.len() + name.len() + 1 > MAX_LINE - TRUNCATED.len() - 1 {
+                line.push(';');
+                line.push_str(TRUNCATED);
+                return line;
+            }
             if !line.is_empty() {
                 line.push(';');
             }
@@ -216,5 +283,34 @@ mod tests {
         );
         assert_eq!(clean_frame("  "), "[unnamed]");
         assert_eq!(clean_frame(" padded "), "padded");
+    }
+
+    #[test]
+    fn long_names_and_deep_stacks_make_bounded_lines() {
+        use profcol_core::pdata::DictionaryBuilder;
+        use profcol_core::pdata::types::{Function, Line, Location};
+        let long = format!("é{}", "x".repeat(1 << 20));
+        assert_eq!(clean_frame(&long).len(), MAX_FRAME_NAME + '…'.len_utf8());
+        let mut b = DictionaryBuilder::new();
+        let name = b.string(&"f".repeat(900));
+        let function = b.function(Function {
+            name_strindex: name,
+            ..Default::default()
+        });
+        let location = b.location(Location {
+            lines: vec![
+                Line {
+                    function_index: function,
+                    ..Default::default()
+                };
+                100
+            ],
+            ..Default::default()
+        });
+        let stack = b.stack(&vec![location; 8192]);
+        let d = b.finish();
+        let line = fold(&d, stack, &mut HashMap::new());
+        assert!(line.len() <= MAX_LINE, "{}", line.len());
+        assert!(line.ends_with(";[truncated]"));
     }
 }

@@ -43,7 +43,7 @@ pub use template::TemplateError;
 
 use interval::Window;
 use push::{Push, Pusher, labels_from};
-use retention::Retention;
+use retention::{Kept, Retention};
 use services::ServiceCap;
 use template::{NameValues, Template};
 
@@ -245,6 +245,8 @@ struct Inner {
     options: ToPprofOptions,
     interval: Duration,
     retention: Retention,
+    /// What retention knows of the directory; locked while files are deleted.
+    kept: Arc<StdMutex<Kept>>,
     services: StdMutex<ServiceCap>,
     seq: AtomicU64,
     delivered: StdMutex<Delivered>,
@@ -293,6 +295,7 @@ impl PprofExporter {
                     max_age: config.max_age,
                     max_files: config.max_files,
                 },
+                kept: Arc::default(),
                 services: StdMutex::new(ServiceCap::new(id, config.max_services, telemetry)),
                 seq: AtomicU64::new(0),
                 delivered: StdMutex::default(),
@@ -338,6 +341,7 @@ impl Inner {
         let dir = self.directory.clone();
         let bytes = output.gz.clone();
         let retention = self.retention;
+        let kept = self.kept.clone();
         let template = template.clone();
         let id = self.id.clone();
         tokio::task::spawn_blocking(move || {
@@ -349,7 +353,10 @@ impl Inner {
                 }
             })?;
             // The file is written whatever retention makes of the others.
-            if let Err(e) = retention.apply(&dir, &template, &path, std::time::SystemTime::now()) {
+            let mut kept = kept.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = std::time::SystemTime::now();
+            if let Err(e) = retention.apply(&mut kept, &dir, &template, &path, now, Instant::now())
+            {
                 tracing::warn!(exporter = %id, directory = %dir.display(), error = %e, "could not delete old pprof files");
             }
             Ok(path)

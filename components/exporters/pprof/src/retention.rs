@@ -2,12 +2,20 @@
 //! names the template makes (other files in the directory are never touched) that are
 //! older than `max_age`, then the oldest beyond `max_files`, are deleted. Age is the
 //! file's modification time, not the profile's (which a sender chooses).
+//!
+//! What is kept is indexed in memory, so a write costs no directory scan: the directory
+//! is read at the first write and again at most every [`RESCAN`] (to see files others
+//! added or removed); in between, each file written joins the index.
 
+use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::template::Template;
+
+/// How often the directory is read again.
+pub(crate) const RESCAN: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Retention {
@@ -17,23 +25,21 @@ pub(crate) struct Retention {
     pub max_files: usize,
 }
 
-impl Retention {
-    pub fn is_off(&self) -> bool {
-        self.max_age.is_zero() && self.max_files == 0
-    }
+/// This exporter's files, oldest first.
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    files: VecDeque<(SystemTime, String)>,
+    scanned: Option<Instant>,
+}
 
-    /// Deletes what is beyond the limits in `dir`, never `keep` (the file just written).
-    /// Returns how many files were deleted.
-    pub fn apply(
-        &self,
+impl Kept {
+    fn scan(
+        &mut self,
         dir: &Path,
         template: &Template,
-        keep: &Path,
+        keep: &str,
         now: SystemTime,
-    ) -> io::Result<usize> {
-        if self.is_off() {
-            return Ok(0);
-        }
+    ) -> io::Result<()> {
         let mut files: Vec<(SystemTime, String)> = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
@@ -52,40 +58,67 @@ impl Retention {
             files.push((meta.modified().unwrap_or(now), name));
         }
         // Oldest first; the file just written is last whatever its time says.
-        let keep_name = keep.file_name().and_then(|n| n.to_str());
-        files.sort_by(|a, b| {
-            let (ka, kb) = (
-                Some(a.1.as_str()) == keep_name,
-                Some(b.1.as_str()) == keep_name,
-            );
-            ka.cmp(&kb).then_with(|| a.cmp(b))
-        });
-        let mut doomed = 0;
-        if !self.max_age.is_zero() {
-            doomed = files
-                .iter()
-                .take_while(|(at, name)| {
-                    Some(name.as_str()) != keep_name
-                        && now.duration_since(*at).unwrap_or(Duration::ZERO) > self.max_age
-                })
-                .count();
+        files.sort_by(|a, b| (a.1 == keep).cmp(&(b.1 == keep)).then_with(|| a.cmp(b)));
+        self.files = files.into();
+        Ok(())
+    }
+}
+
+impl Retention {
+    pub fn is_off(&self) -> bool {
+        self.max_age.is_zero() && self.max_files == 0
+    }
+
+    /// Adds `written` to what is kept and deletes what is beyond the limits, never
+    /// `written` itself. `clock` decides when the directory is read again. Returns how
+    /// many files were deleted.
+    pub fn apply(
+        &self,
+        kept: &mut Kept,
+        dir: &Path,
+        template: &Template,
+        written: &Path,
+        now: SystemTime,
+        clock: Instant,
+    ) -> io::Result<usize> {
+        if self.is_off() {
+            return Ok(0);
         }
-        if self.max_files > 0 {
-            doomed = doomed.max(files.len().saturating_sub(self.max_files));
+        let keep = written
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let stale = kept
+            .scanned
+            .is_none_or(|at| clock.saturating_duration_since(at) >= RESCAN);
+        if stale {
+            kept.scan(dir, template, &keep, now)?;
+            kept.scanned = Some(clock);
+        } else {
+            kept.files.push_back((now, keep.clone()));
         }
         let mut deleted = 0;
-        for (_, name) in files.iter().take(doomed) {
-            if Some(name.as_str()) == keep_name {
-                continue;
+        while kept.files.len() > 1 {
+            let Some((at, name)) = kept.files.front() else {
+                break;
+            };
+            let too_old = !self.max_age.is_zero()
+                && now.duration_since(*at).unwrap_or(Duration::ZERO) > self.max_age;
+            let too_many = self.max_files > 0 && kept.files.len() > self.max_files;
+            if (!too_old && !too_many) || *name == keep {
+                break;
             }
-            match std::fs::remove_file(dir.join(name)) {
+            let path = dir.join(name);
+            match std::fs::remove_file(&path) {
                 Ok(()) => {
                     deleted += 1;
-                    tracing::debug!(file = %dir.join(name).display(), "deleted an old pprof file");
+                    tracing::debug!(file = %path.display(), "deleted an old pprof file");
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
+            kept.files.pop_front();
         }
         Ok(deleted)
     }
@@ -141,14 +174,24 @@ mod tests {
             max_age: 4 * hour,
             max_files: 0,
         };
-        assert_eq!(age.apply(&dir, &t, &keep, now).expect("apply"), 1);
+        let clock = Instant::now();
+        assert_eq!(
+            age.apply(&mut Kept::default(), &dir, &t, &keep, now, clock)
+                .expect("apply"),
+            1
+        );
         assert!(!names(&dir).contains(&"a-cpu-20261130T000000Z.pb.gz".to_owned()));
 
         let count = Retention {
             max_age: Duration::ZERO,
             max_files: 2,
         };
-        assert_eq!(count.apply(&dir, &t, &keep, now).expect("apply"), 2);
+        assert_eq!(
+            count
+                .apply(&mut Kept::default(), &dir, &t, &keep, now, clock)
+                .expect("apply"),
+            2
+        );
         assert_eq!(
             names(&dir),
             [
@@ -174,10 +217,69 @@ mod tests {
             max_age: Duration::from_secs(60),
             max_files: 1,
         };
-        assert_eq!(
-            r.apply(&dir, &t, &dir.join("b.pb.gz"), now).expect("apply"),
-            1
+        let mut kept = Kept::default();
+        let written = dir.join("b.pb.gz");
+        let applied = r.apply(&mut kept, &dir, &t, &written, now, Instant::now());
+        assert_eq!(applied.expect("apply"), 1);
+        assert_eq!(names(&dir), ["b.pb.gz"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_directory_is_read_again_only_every_rescan() {
+        let dir = scratch("rescan");
+        let t = Template::parse("{service}.pb.gz").expect("valid");
+        let r = Retention {
+            max_age: Duration::ZERO,
+            max_files: 2,
+        };
+        let now = SystemTime::now();
+        let t0 = Instant::now();
+        let mut kept = Kept::default();
+        let mut write = |name: &str, clock: Instant| {
+            touch(&dir, name, now);
+            r.apply(&mut kept, &dir, &t, &dir.join(name), now, clock)
+                .expect("apply")
+        };
+        assert_eq!(write("a.pb.gz", t0), 0);
+        // Someone else's file that the template matches: not seen until a rescan.
+        touch(&dir, "x.pb.gz", now - Duration::from_secs(3600));
+        assert_eq!(write("b.pb.gz", t0 + Duration::from_secs(1)), 0);
+        assert_eq!(names(&dir), ["a.pb.gz", "b.pb.gz", "x.pb.gz"]);
+        // Its index says a, b, c: a goes.
+        assert_eq!(write("c.pb.gz", t0 + Duration::from_secs(2)), 1);
+        assert_eq!(names(&dir), ["b.pb.gz", "c.pb.gz", "x.pb.gz"]);
+        // A rescan sees x (the oldest) too.
+        assert_eq!(write("d.pb.gz", t0 + RESCAN + Duration::from_secs(2)), 2);
+        assert_eq!(names(&dir), ["c.pb.gz", "d.pb.gz"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn files_age_in_the_index_between_rescans() {
+        let dir = scratch("index-age");
+        let t = Template::parse("{service}.pb.gz").expect("valid");
+        let r = Retention {
+            max_age: Duration::from_secs(3600),
+            max_files: 0,
+        };
+        let (now, t0) = (SystemTime::now(), Instant::now());
+        let mut kept = Kept::default();
+        touch(&dir, "a.pb.gz", now);
+        r.apply(&mut kept, &dir, &t, &dir.join("a.pb.gz"), now, t0)
+            .expect("apply");
+        // Two hours later by the wall clock, one second by the rescan clock.
+        let later = now + Duration::from_secs(7200);
+        touch(&dir, "b.pb.gz", later);
+        let deleted = r.apply(
+            &mut kept,
+            &dir,
+            &t,
+            &dir.join("b.pb.gz"),
+            later,
+            t0 + Duration::from_secs(1),
         );
+        assert_eq!(deleted.expect("apply"), 1);
         assert_eq!(names(&dir), ["b.pb.gz"]);
         let _ = std::fs::remove_dir_all(dir);
     }

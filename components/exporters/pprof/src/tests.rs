@@ -874,25 +874,24 @@ async fn max_files_keeps_the_newest_of_its_own_files() {
 }
 
 #[tokio::test]
-async fn max_age_deletes_files_older_than_it_at_the_next_write() {
+async fn max_age_deletes_files_of_an_earlier_run_older_than_it() {
     let dir = scratch("max-age");
+    // Left by an earlier run two hours ago; and a file that is not the exporter's.
+    for name in ["old-cpu-20261130T000000Z.pb.gz", "notes.txt"] {
+        std::fs::File::create(dir.join(name))
+            .expect("create")
+            .set_modified(std::time::SystemTime::now() - Duration::from_secs(7200))
+            .expect("mtime");
+    }
     let exporter = create(Config {
         max_age: Duration::from_secs(3600),
         ..config(&dir)
     });
-    exporter.export(go_cpu("old")).await.expect("export");
-    let old = names_in(&dir);
-    assert_eq!(old.len(), 1);
-    std::fs::File::options()
-        .write(true)
-        .open(dir.join(&old[0]))
-        .expect("open")
-        .set_modified(std::time::SystemTime::now() - Duration::from_secs(7200))
-        .expect("mtime");
     exporter.export(go_cpu("cart")).await.expect("export");
     let now = names_in(&dir);
-    assert_eq!(now.len(), 1, "{now:?}");
+    assert_eq!(now.len(), 2, "{now:?}");
     assert!(now[0].starts_with("cart-cpu-"), "{now:?}");
+    assert_eq!(now[1], "notes.txt");
     exporter.shutdown().await.expect("shutdown");
     let _ = std::fs::remove_dir_all(dir);
 }

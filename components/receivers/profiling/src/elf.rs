@@ -409,7 +409,7 @@ impl ElfFile {
             .iter()
             .filter(|p| p.p_type == PT_LOAD)
             .find(|p| vaddr >= p.vaddr && vaddr - p.vaddr < p.filesz)
-            .map(|p| vaddr - p.vaddr + p.offset)
+            .and_then(|p| (vaddr - p.vaddr).checked_add(p.offset))
     }
 }
 
@@ -420,7 +420,7 @@ pub fn file_offset_to_vaddr(program_headers: &[ProgramHeader], offset: u64) -> O
         .iter()
         .filter(|p| p.p_type == PT_LOAD)
         .find(|p| offset >= p.offset && offset - p.offset < p.filesz)
-        .map(|p| offset - p.offset + p.vaddr)
+        .and_then(|p| (offset - p.offset).checked_add(p.vaddr))
 }
 
 /// The GNU build id among `notes`.

@@ -225,7 +225,7 @@ impl GoTable {
     /// Every function as (entry address, name), in address order.
     pub fn functions(&self) -> impl Iterator<Item = (u64, &str)> + '_ {
         (0..self.nfunc).filter_map(|i| {
-            let entry = self.text_start + u64::from(self.entry_off(i)?);
+            let entry = self.text_start.checked_add(u64::from(self.entry_off(i)?))?;
             let name = self.name(self.func_off(i)?)?;
             Some((entry, name))
         })
@@ -253,7 +253,7 @@ impl GoTable {
             }
         }
         let func = self.func_off(lo)?;
-        let entry = self.text_start + u64::from(self.field(func, 0)?);
+        let entry = self.text_start.checked_add(u64::from(self.field(func, 0)?))?;
         let function = self.name(func)?.to_owned();
         let line = self
             .pc_value(self.field(func, 6)?, entry, pc)

@@ -9,12 +9,17 @@ use profcol_core::telemetry::{Counter, Telemetry};
 
 /// How long a service not seen keeps its place.
 pub(crate) const SERVICE_IDLE: Duration = Duration::from_secs(3600);
+/// How often, at most, idle services are looked for while at the cap.
+const PURGE_EVERY: Duration = Duration::from_secs(60);
 
 pub(crate) struct ServiceCap {
     id: String,
     /// 0: no cap.
     max: usize,
     seen: HashMap<String, Instant>,
+    /// When idle services were last let go (at most once a minute, so that a flood of new
+    /// names at the cap costs no scan per profile).
+    purged: Option<Instant>,
     dropped: Counter,
     warned: bool,
 }
@@ -25,6 +30,7 @@ impl ServiceCap {
             id: id.to_owned(),
             max,
             seen: HashMap::new(),
+            purged: None,
             dropped: telemetry.counter(
                 "profcol_exporter_service_cap_dropped_profiles_total",
                 "Profiles dropped because their service was beyond the exporter's max_services.",
@@ -43,9 +49,13 @@ impl ServiceCap {
             *at = now;
             return true;
         }
-        if self.seen.len() >= self.max {
+        let purge_due = self
+            .purged
+            .is_none_or(|at| now.saturating_duration_since(at) >= PURGE_EVERY);
+        if self.seen.len() >= self.max && purge_due {
             self.seen
                 .retain(|_, at| now.saturating_duration_since(*at) < SERVICE_IDLE);
+            self.purged = Some(now);
         }
         if self.seen.len() < self.max {
             self.seen.insert(service.to_owned(), now);
@@ -100,6 +110,9 @@ mod tests {
         let later = t0 + SERVICE_IDLE + Duration::from_secs(1);
         assert!(cap.admit("c", later));
         assert!(!cap.admit("b", later), "a and c hold both places");
+        // a is idle too 20 s on, but idle services are looked for once a minute.
+        assert!(!cap.admit("e", later + Duration::from_secs(20)));
+        assert!(cap.admit("e", later + Duration::from_secs(61)));
         let mut none = ServiceCap::new("x", 0, &t);
         assert!((0..5000).all(|i| none.admit(&i.to_string(), t0)));
     }

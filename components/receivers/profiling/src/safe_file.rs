@@ -143,6 +143,16 @@ pub struct Identity {
 
 const OVERLAYFS_SUPER_MAGIC: u64 = 0x794c_7630;
 const BTRFS_SUPER_MAGIC: u64 = 0x9123_683e;
+/// Filesystems whose files can change under us by means other than this kernel's
+/// permission checks: FUSE (its daemon), NFS, SMB, 9p, Ceph.
+const REMOTE_OR_USER_FS: [u64; 6] = [
+    0x6573_5546, // FUSE
+    0x6969,      // NFS
+    0xff53_4d42, // CIFS
+    0xfe53_4d42, // SMB2
+    0x0102_1997, // 9P
+    0x00c3_6400, // Ceph
+];
 
 /// Whether `st_dev` of files on `fd`'s filesystem may differ from the device `maps` shows.
 fn device_may_differ(fd: &OwnedFd) -> bool {
@@ -160,6 +170,8 @@ pub struct VerifiedFile {
     size: u64,
     dev: u64,
     inode: u64,
+    uid: u32,
+    mode: u32,
     path: PathBuf,
 }
 
@@ -236,6 +248,9 @@ impl VerifiedFile {
             size: u64::try_from(stat.st_size).unwrap_or(0),
             dev,
             inode,
+            uid: stat.st_uid,
+            #[allow(clippy::unnecessary_cast)]
+            mode: stat.st_mode as u32,
             path: location.path(),
         })
     }
@@ -297,6 +312,53 @@ impl VerifiedFile {
 
     pub fn into_file(self) -> File {
         self.file
+    }
+
+    /// Whether anyone but root could change the file's bytes or size now: owned by
+    /// another user, writable by group or others, or on FUSE or a network filesystem. A
+    /// library that maps such a file (blazesym) would fault (SIGBUS) when its owner
+    /// truncates it: give it [`VerifiedFile::sealed_copy`] instead.
+    pub fn others_may_change(&self) -> bool {
+        self.uid != 0
+            || self.mode & 0o022 != 0
+            || rustix::fs::fstatfs(&self.file).is_ok_and(|fs| {
+                #[allow(clippy::unnecessary_cast)]
+                let magic = fs.f_type as u64;
+                REMOTE_OR_USER_FS.contains(&magic)
+            })
+    }
+
+    /// The file's bytes (up to the size it had when opened) in a sealed memfd, which
+    /// nobody can shrink, grow or write any more; `None` when larger than `max`.
+    pub fn sealed_copy(&self, max: u64) -> io::Result<Option<File>> {
+        if self.size > max {
+            return Ok(None);
+        }
+        let fd = rustix::fs::memfd_create(
+            "profcol-symbolize",
+            rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+        )?;
+        let copy = File::from(fd);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut at = 0u64;
+        while at < self.size {
+            let want = usize::try_from((self.size - at).min(buf.len() as u64)).unwrap_or(0);
+            let n = self.file.read_at(&mut buf[..want], at)?;
+            if n == 0 {
+                // Truncated since it was opened: what was read is all there is.
+                break;
+            }
+            copy.write_all_at(&buf[..n], at)?;
+            at += n as u64;
+        }
+        rustix::fs::fcntl_add_seals(
+            &copy,
+            rustix::fs::SealFlags::SHRINK
+                | rustix::fs::SealFlags::GROW
+                | rustix::fs::SealFlags::WRITE
+                | rustix::fs::SealFlags::SEAL,
+        )?;
+        Ok(Some(copy))
     }
 }
 
@@ -360,6 +422,34 @@ mod tests {
         let missing = open("missing").expect_err("missing");
         assert!(!missing.is_suspicious());
         assert!(OpenError::Symlink.is_suspicious());
+    }
+
+    #[test]
+    fn a_sealed_copy_has_the_bytes_and_cannot_change() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"0123456789").expect("write");
+        let f = VerifiedFile::open(&FileLocation::Host(path.clone()), None).expect("open");
+        assert!(f.sealed_copy(9).expect("copy").is_none(), "over the cap");
+        let copy = f.sealed_copy(10).expect("copy").expect("within the cap");
+        // The original shrinks; the copy keeps every byte and refuses changes.
+        std::fs::write(&path, b"x").expect("truncate");
+        let mut buf = [0u8; 10];
+        copy.read_exact_at(&mut buf, 0).expect("read");
+        assert_eq!(&buf, b"0123456789");
+        assert!(copy.set_len(2).is_err(), "sealed against shrinking");
+        assert!(copy.write_all_at(b"y", 0).is_err(), "sealed against writing");
+        // Root-owned, not group/other-writable, on a local filesystem: only root can
+        // change it. Owned by another user: they can.
+        let root_owned = VerifiedFile::open(&FileLocation::Host("/usr/bin/env".into()), None)
+            .expect("open");
+        assert!(!root_owned.others_may_change());
+        let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("proc"));
+        if euid == 0 {
+            std::os::unix::fs::chown(&path, Some(65534), None).expect("chown");
+        }
+        let user_owned = VerifiedFile::open(&FileLocation::Host(path), None).expect("open");
+        assert!(user_owned.others_may_change());
     }
 
     #[test]

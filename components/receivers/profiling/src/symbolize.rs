@@ -36,6 +36,12 @@ const REBUILD_AFTER: Duration = Duration::from_secs(3600);
 const REBUILD_AFTER_FILES: usize = 1024;
 /// Above this many cached frames, the result cache starts over.
 const MAX_CACHED_FRAMES: usize = 1_000_000;
+/// Files that someone but root can change are symbolized by blazesym from a sealed
+/// in-memory copy (blazesym maps what it reads, and a file truncated under a mapping
+/// faults): at most this large each, and this much all together; past these, such files
+/// get Go symbols only.
+pub const MAX_COPY_BYTES: u64 = 256 << 20;
+pub const MAX_COPIES_BYTES: u64 = 1 << 30;
 /// Go function tables kept in memory at most, all files together (each is at most
 /// `elf::MAX_SECTION_SIZE`); past it the Go cache starts over.
 pub const MAX_GO_TABLE_BYTES: usize = 512 << 20;
@@ -286,6 +292,9 @@ struct Worker {
     counters: Arc<BadInputCounters>,
     /// Bytes of the Go tables in `go`.
     go_bytes: usize,
+    /// Sealed copies of files others may change, for blazesym; `None`: too large.
+    copies: HashMap<CacheKey, Option<fs::File>>,
+    copies_bytes: u64,
     blaze: bz::Symbolizer,
     built_at: Instant,
     files_seen: HashSet<CacheKey>,
@@ -306,6 +315,8 @@ impl Worker {
             options,
             counters,
             go_bytes: 0,
+            copies: HashMap::new(),
+            copies_bytes: 0,
             blaze,
             built_at: Instant::now(),
             files_seen: HashSet::new(),
@@ -326,6 +337,9 @@ impl Worker {
             self.files_seen.clear();
             self.go.clear();
             self.go_bytes = 0;
+            // blazesym, which held them, is new: the copies can go.
+            self.copies.clear();
+            self.copies_bytes = 0;
             self.kernel.clear();
             self.kallsyms_usable = None;
         }
@@ -381,11 +395,12 @@ impl Worker {
         // whatever is put at its path meanwhile is not what it reads.
         let (path, opened) = match request.kind {
             MappingKind::Vdso => match self.vdso_path() {
-                Some(p) => (p, None),
+                Some(p) => (Some(p), None),
                 None => return out,
             },
             _ => match self.open_file(request) {
-                Some(f) => (f.fd_path(), Some(f)),
+                Some(f) if f.others_may_change() => (self.copy_path(key, &f), Some(f)),
+                Some(f) => (Some(f.fd_path()), Some(f)),
                 None => return out,
             },
         };
@@ -419,9 +434,9 @@ impl Worker {
             .filter(|(_, (r, _))| r.is_none())
             .map(|(i, (_, &off))| (i, off))
             .collect();
-        if rest.is_empty() {
+        let Some(path) = path.filter(|_| !rest.is_empty()) else {
             return out;
-        }
+        };
         let addrs: Vec<u64> = rest.iter().map(|&(_, off)| off).collect();
         let src = Source::Elf(Elf::new(path));
         match self.blaze.symbolize(&src, Input::FileOffset(&addrs)) {
@@ -463,6 +478,31 @@ impl Worker {
         let opened = VerifiedFile::open(&FileLocation::Host(host.clone()), None).ok()?;
         let elf = ElfFile::from_file(opened.try_clone_file().ok()?, opened.size()).ok()?;
         (elf.gnu_build_id().as_ref() == Some(want)).then_some(opened)
+    }
+
+    /// `/proc/self/fd/<n>` of a sealed copy of `opened`, made once per file; `None` when
+    /// the file or all copies together would pass their caps.
+    fn copy_path(&mut self, key: &CacheKey, opened: &VerifiedFile) -> Option<PathBuf> {
+        if !self.copies.contains_key(key) {
+            let fits = self.copies_bytes.saturating_add(opened.size()) <= MAX_COPIES_BYTES;
+            let copy = if fits {
+                opened.sealed_copy(MAX_COPY_BYTES).unwrap_or_else(|e| {
+                    tracing::debug!(path = %opened.path().display(), error = %e, "cannot copy the file");
+                    None
+                })
+            } else {
+                None
+            };
+            if copy.is_some() {
+                self.copies_bytes += opened.size();
+            }
+            self.copies.insert(key.clone(), copy);
+        }
+        let copy = self.copies.get(key)?.as_ref()?;
+        Some(PathBuf::from(format!(
+            "/proc/self/fd/{}",
+            std::os::unix::io::AsRawFd::as_raw_fd(copy)
+        )))
     }
 
     fn go_file(&mut self, key: &CacheKey, opened: &VerifiedFile) -> Option<Arc<GoFile>> {
@@ -965,6 +1005,56 @@ mod tests {
         fresh.offsets.push(m.file_offset(addr) + 1);
         assert_eq!(s.symbolize_files(vec![fresh]), vec![vec![None, None]]);
         assert_eq!(counters.files_rejected.load(Ordering::Relaxed), 2);
+    }
+
+    /// A file its owner can change is symbolized from a sealed copy: truncated after the
+    /// first request, it still symbolizes (blazesym never maps the file itself, whose
+    /// truncation under a mapping would kill the process with SIGBUS).
+    #[test]
+    fn files_others_can_change_are_symbolized_from_a_sealed_copy() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let exe = std::env::current_exe().expect("exe");
+        let app = dir.path().join("app");
+        fs::copy(&exe, &app).expect("copy");
+        let euid = std::os::unix::fs::MetadataExt::uid(&fs::metadata("/proc/self").expect("proc"));
+        if euid == 0 {
+            std::os::unix::fs::chown(&app, Some(65534), Some(65534)).expect("chown");
+        }
+        let location = FileLocation::Host(app.clone());
+        let file = Arc::new(ExecutableFile::read(
+            FileKey::Path(app.display().to_string()),
+            std::slice::from_ref(&location),
+            None,
+        ));
+        assert!(file.is_elf);
+        let _ = profcol_symbolize_marker(1);
+        let addr = profcol_symbolize_marker as *const () as usize as u64;
+        let (m, _) = own_mapping(addr);
+        let request = |off: u64| FileRequest {
+            kind: MappingKind::File,
+            file: Some(file.clone()),
+            locations: vec![location.clone()],
+            host_path: None,
+            offsets: vec![off],
+        };
+        let s = Symbolizer::new(SymbolizerOptions::default());
+        let first = s.symbolize_files(vec![request(m.file_offset(addr))]);
+        let name = |r: &Resolved| r.as_ref().and_then(|f| f.lines.last().map(|l| l.function.clone()));
+        assert!(name(&first[0][0]).is_some_and(|n| n.ends_with("profcol_symbolize_marker")));
+        // The owner truncates the file (same inode).
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&app)
+            .expect("open")
+            .set_len(4096)
+            .expect("truncate");
+        let caller = a_panic_restarts_the_symbolizer_counts_it_and_skips_that_file_after
+            as *const () as usize as u64;
+        let after = s.symbolize_files(vec![request(m.file_offset(caller) + 8)]);
+        assert!(
+            name(&after[0][0]).is_some_and(|n| n.contains("a_panic_restarts_the_symbolizer")),
+            "{after:?}"
+        );
     }
 
     #[test]

@@ -329,10 +329,51 @@ fn validate_profiles(data: &ProfilesData) -> Result<(), ValidationError> {
     let Some(d) = data.dictionary.as_ref() else {
         return Ok(());
     };
+    validate_resource_profiles(d, &data.resource_profiles)
+}
+
+/// Checks data built inside the collector without copying it: every table starts with
+/// its zero value and every index is in range (what [`validate_and_normalize`] ensures).
+pub(crate) fn check_built(
+    d: &ProfilesDictionary,
+    resource_profiles: &[ResourceProfiles],
+) -> Result<(), ValidationError> {
+    fn starts_with_zero<T: Default + PartialEq>(
+        table: &[T],
+        name: &'static str,
+    ) -> Result<(), ValidationError> {
+        match table.first() {
+            Some(first) if *first == T::default() => Ok(()),
+            _ => Err(ValidationError::MissingZeroValue {
+                table: name,
+                expected: "its zero value",
+            }),
+        }
+    }
+    starts_with_zero(&d.string_table, "string_table")?;
+    starts_with_zero(&d.mapping_table, "mapping_table")?;
+    starts_with_zero(&d.location_table, "location_table")?;
+    starts_with_zero(&d.function_table, "function_table")?;
+    starts_with_zero(&d.attribute_table, "attribute_table")?;
+    starts_with_zero(&d.stack_table, "stack_table")?;
+    if d.link_table.first() != Some(&zero_link()) {
+        return Err(ValidationError::MissingZeroValue {
+            table: "link_table",
+            expected: "the zero-filled Link",
+        });
+    }
+    validate_dictionary(d)?;
+    validate_resource_profiles(d, resource_profiles)
+}
+
+fn validate_resource_profiles(
+    d: &ProfilesDictionary,
+    resource_profiles: &[ResourceProfiles],
+) -> Result<(), ValidationError> {
     let strings = d.string_table.len();
     let stacks = d.stack_table.len();
     let links = d.link_table.len();
-    for (r, rp) in data.resource_profiles.iter().enumerate() {
+    for (r, rp) in resource_profiles.iter().enumerate() {
         for (s, sp) in rp.scope_profiles.iter().enumerate() {
             for (p, profile) in sp.profiles.iter().enumerate() {
                 let at = || format!("resource_profiles[{r}].scope_profiles[{s}].profiles[{p}]");

@@ -1,7 +1,28 @@
 //! `profcol`: a collector for the OpenTelemetry profiles signal.
 
+/// `println!` for command output: a reader that went away (`profcol inspect | head`)
+/// ends the command quietly instead of panicking as `println!` does.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout(), $($arg)*) {
+            $crate::stdout_failed(e);
+        }
+    }};
+}
+
 mod commands;
 mod components;
+
+/// Where writing command output failed: a closed pipe is the reader's choice (exit 0, as
+/// head expects); anything else is reported.
+fn stdout_failed(e: std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    eprintln!("profcol: cannot write to standard output: {e}");
+    std::process::exit(1);
+}
 
 use std::process::ExitCode;
 
@@ -69,7 +90,7 @@ fn main() -> ExitCode {
                 for w in &c.warnings {
                     eprintln!("warning: {w}");
                 }
-                println!("configuration is valid: {} pipelines", c.pipelines.len());
+                out!("configuration is valid: {} pipelines", c.pipelines.len());
             }),
             1,
         ),

@@ -479,3 +479,22 @@ fn wire_size_measures_every_encoding_of_the_recorded_corpus() {
         "{err}"
     );
 }
+
+/// A reader that stops early (`profcol inspect | head -1`) ends the command quietly,
+/// with no panic.
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(profcol_integration::profcol_bin())
+        .args(["components"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Close the read end before the command writes.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+}

@@ -5,20 +5,20 @@ use profcol_core::component::Kind;
 pub fn run() -> anyhow::Result<()> {
     let registry = crate::components::registry()?;
     let list = registry.list();
-    println!("buildinfo:");
-    println!("  command: profcol");
-    println!("  version: {}", env!("CARGO_PKG_VERSION"));
+    out!("buildinfo:");
+    out!("  command: profcol");
+    out!("  version: {}", env!("CARGO_PKG_VERSION"));
     for kind in [
         Kind::Receiver,
         Kind::Processor,
         Kind::Exporter,
         Kind::Extension,
     ] {
-        println!("{}:", kind.section());
+        out!("{}:", kind.section());
         for (_, name, stability) in list.iter().filter(|(k, ..)| *k == kind) {
-            println!("  - name: {name}");
-            println!("    stability:");
-            println!("      profiles: {}", stability.as_str());
+            out!("  - name: {name}");
+            out!("    stability:");
+            out!("      profiles: {}", stability.as_str());
         }
     }
     Ok(())

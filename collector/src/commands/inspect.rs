@@ -44,10 +44,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "resources": summary.resources, "profiles": summary.profiles, "samples": summary.samples,
             "sample_types": types,
         });
-        println!("{out}");
+        out!("{out}");
         return Ok(());
     }
-    println!(
+    out!(
         "{} ({}): {} resources, {} profiles, {} samples",
         args.file,
         format.name(),
@@ -56,8 +56,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         summary.samples
     );
     for t in &summary.sample_types {
-        println!();
-        println!(
+        out!();
+        out!(
             "{}/{}: {} samples in {} profiles, total {}{}",
             t.sample_type,
             t.unit,
@@ -71,9 +71,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         );
         for (title, list) in [("self", &t.top_self), ("cumulative", &t.top_cumulative)] {
-            println!("  top {} by {title}:", list.len());
+            out!("  top {} by {title}:", list.len());
             for (f, v) in list.iter() {
-                println!("    {v:>14} {:>6.2}%  {f}", percent(*v, t.total));
+                out!("    {v:>14} {:>6.2}%  {f}", percent(*v, t.total));
             }
         }
     }

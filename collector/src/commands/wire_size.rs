@@ -173,19 +173,26 @@ impl Sizes {
                 "records": self.records, "merge": self.merge, "batches": self.batches,
                 "rows": self.rows, "samples": self.samples, "encodings": encodings,
             });
-            println!("{out}");
+            out!("{out}");
             return;
         }
-        println!(
+        out!(
             "{} records sent as {} batches ({} per batch): {} samples in {} rows",
-            self.records, self.batches, self.merge, self.samples, self.rows
+            self.records,
+            self.batches,
+            self.merge,
+            self.samples,
+            self.rows
         );
-        println!(
+        out!(
             "{:<18} {:>10} {:>14} {:>11}",
-            "encoding", "bytes", "bytes/sample", "bytes/row"
+            "encoding",
+            "bytes",
+            "bytes/sample",
+            "bytes/row"
         );
         for (name, bytes) in rows {
-            println!(
+            out!(
                 "{name:<18} {bytes:>10} {:>14.1} {:>11.1}",
                 self.per_sample(bytes),
                 self.per_row(bytes)

@@ -32,7 +32,7 @@ fn victim_marker(x: u64) -> u64 {
 }
 
 /// An ELF64 header claiming 65535 program headers and 65535 sections.
-fn huge_counts() -> Vec<u8> {
+pub(crate) fn huge_counts() -> Vec<u8> {
     let mut f = vec![0u8; 4096];
     f[..6].copy_from_slice(b"\x7fELF\x02\x01");
     f[16..18].copy_from_slice(&3u16.to_le_bytes()); // ET_DYN
@@ -76,10 +76,10 @@ fn four_byte_gopclntab() -> Vec<u8> {
 }
 
 /// A process mapping `files` executable; stops when dropped.
-struct Attacker(Child);
+pub(crate) struct Attacker(Child);
 
 impl Attacker {
-    fn spawn(files: &[PathBuf]) -> Self {
+    pub(crate) fn spawn(files: &[PathBuf]) -> Self {
         let script = "import mmap, sys\n\
             maps = []\n\
             for p in sys.argv[1:]:\n    \
@@ -103,7 +103,7 @@ impl Attacker {
         Attacker(child)
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.0.id()
     }
 }
@@ -117,7 +117,7 @@ impl Drop for Attacker {
 }
 
 /// The start address of the executable mapping of `path` in `maps`.
-fn mapped_at(maps: &str, path: &Path) -> u64 {
+pub(crate) fn mapped_at(maps: &str, path: &Path) -> u64 {
     parse_maps(maps)
         .into_iter()
         .find(|m| {

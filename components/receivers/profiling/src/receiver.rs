@@ -379,6 +379,65 @@ mod tests {
         assert!(telemetry.counter(SAMPLES_METRIC, "", &labels).get() >= 1);
     }
 
+    /// Samples of a process that maps an ELF claiming 65535 headers: the bad file shows
+    /// in the receiver's metrics, and the receiver runs on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bad_files_are_counted_in_the_receiver_metrics() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let huge = dir.path().join("huge.so");
+        std::fs::write(&huge, crate::attacker_tests::huge_counts()).expect("write");
+        let attacker = crate::attacker_tests::Attacker::spawn(std::slice::from_ref(&huge));
+        let pid = attacker.pid();
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+        let addr = crate::attacker_tests::mapped_at(&maps, &huge) + 0x10;
+        struct Bad(u32, u64);
+        impl SampleSource for Bad {
+            fn poll(
+                &mut self,
+                timeout: Duration,
+                sink: &mut dyn FnMut(SourceEvent),
+            ) -> Result<(), SourceError> {
+                std::thread::sleep(timeout.min(Duration::from_millis(20)));
+                sink(SourceEvent::Sample(RawSample {
+                    pid: self.0,
+                    tid: self.0,
+                    user_stack: vec![self.1],
+                    ..RawSample::default()
+                }));
+                Ok(())
+            }
+        }
+        let factory = ProfilingReceiverFactory::new(move |_: &Config, _: &Filter| {
+            Ok(Box::new(Bad(pid, addr)) as Box<dyn SampleSource>)
+        })
+        .with_environment(environment);
+        let config = Config {
+            reporter_interval: Duration::from_millis(200),
+            ..Config::default()
+        };
+        let (task, mut rx, shutdown, telemetry) = start(&factory, config);
+        for _ in 0..2 {
+            let batch = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+                .await
+                .expect("batches go on")
+                .expect("a batch");
+            assert!(batch.sample_count() >= 1);
+        }
+        shutdown.cancel();
+        let result = tokio::time::timeout(Duration::from_secs(20), task)
+            .await
+            .expect("stops promptly")
+            .expect("joins");
+        assert!(result.is_ok(), "{result:?}");
+        let labels = [("receiver", "profiling")];
+        assert_eq!(telemetry.counter(FILES_REJECTED_METRIC, "", &labels).get(), 1);
+        assert_eq!(
+            telemetry.counter(SYMBOLIZER_RESTARTS_METRIC, "", &labels).get(),
+            0
+        );
+        drop(attacker);
+    }
+
     #[tokio::test]
     async fn a_sampler_that_cannot_start_is_fatal() {
         let factory = ProfilingReceiverFactory::new(|_: &Config, _: &Filter| {

@@ -972,6 +972,31 @@ mod tests {
     }
 
     #[test]
+    fn a_symbolizer_thread_found_gone_is_started_again_and_counted() {
+        let kallsyms = tempfile::NamedTempFile::new().expect("tmp");
+        fs::write(kallsyms.path(), "ffffffff81001000 T alpha\nffffffff81002000 T beta\n")
+            .expect("write");
+        let counters = Arc::new(BadInputCounters::default());
+        let options = SymbolizerOptions {
+            kallsyms: kallsyms.path().to_path_buf(),
+            ..SymbolizerOptions::default()
+        };
+        // A thread that ended: its receiving end is gone.
+        let (dead, _) = mpsc::channel::<Job>();
+        let s = Symbolizer {
+            tx: Mutex::new(Some(dead)),
+            options,
+            counters: counters.clone(),
+        };
+        let k = s.symbolize_kernel(vec![0xffffffff81002010]);
+        assert_eq!(k[0].as_ref().map(|f| f.lines[0].function.as_str()), Some("beta"));
+        assert_eq!(counters.symbolizer_restarts.load(Ordering::Relaxed), 1);
+        // Running again: no further restart.
+        let _ = s.symbolize_kernel(vec![0xffffffff81001010]);
+        assert_eq!(counters.symbolizer_restarts.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
     fn a_file_swapped_after_it_was_read_is_not_symbolized() {
         let dir = tempfile::tempdir().expect("tmp");
         let exe = std::env::current_exe().expect("exe");

@@ -1,9 +1,13 @@
 //! Which build ids an ELF file declares (its `PT_NOTE` segments), so that the file about
 //! to be uploaded is checked to be the one a frame's `mapping_build_id` names: a
 //! `/proc/<pid>/root/...` path may by now show another file, or another process.
+//!
+//! Read by offset from the [`HostFile`] the upload then hashes and sends, never past the
+//! size it had when opened.
 
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io;
+
+use profcol_core::host_executables::HostFile;
 
 const PT_NOTE: u32 = 4;
 const NT_GNU_BUILD_ID: u32 = 3;
@@ -36,11 +40,30 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
+/// Fills `buf` from `offset` as far as the file goes; the bytes read (fewer than
+/// `buf.len()` only at its end).
+pub fn read_full(file: &HostFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}
+
+/// Whether `buf` was filled whole from `offset`.
+fn read_exact(file: &HostFile, buf: &mut [u8], offset: u64) -> io::Result<bool> {
+    Ok(read_full(file, buf, offset)? == buf.len())
+}
+
 /// Reads the build ids of a 64-bit little-endian ELF file; `None` when it is not one.
-pub fn read(file: &mut File) -> std::io::Result<Option<BuildIds>> {
+pub fn read(file: &HostFile) -> io::Result<Option<BuildIds>> {
     let mut header = [0u8; 64];
-    file.seek(SeekFrom::Start(0))?;
-    if file.read_exact(&mut header).is_err() {
+    if !read_exact(file, &mut header, 0)? {
         return Ok(None);
     }
     // ELF magic, ELFCLASS64, ELFDATA2LSB.
@@ -59,8 +82,7 @@ pub fn read(file: &mut File) -> std::io::Result<Option<BuildIds>> {
         return Ok(None);
     }
     let mut table = vec![0u8; table_len];
-    file.seek(SeekFrom::Start(phoff))?;
-    if file.read_exact(&mut table).is_err() {
+    if !read_exact(file, &mut table, phoff)? {
         return Ok(None);
     }
     let mut ids = BuildIds::default();
@@ -72,8 +94,7 @@ pub fn read(file: &mut File) -> std::io::Result<Option<BuildIds>> {
             continue;
         };
         let mut notes = vec![0u8; usize::try_from(size.min(MAX_NOTE_BYTES)).unwrap_or(0)];
-        file.seek(SeekFrom::Start(offset))?;
-        if file.read_exact(&mut notes).is_err() {
+        if !read_exact(file, &mut notes, offset)? {
             continue;
         }
         parse_notes(&notes, &mut ids);
@@ -144,13 +165,17 @@ mod tests {
 
     #[test]
     fn reads_this_test_binary() {
+        use profcol_core::host_executables::open;
         let exe = std::env::current_exe().expect("exe");
-        let mut f = File::open(exe).expect("open");
-        let ids = read(&mut f).expect("io").expect("an ELF file");
+        let f = open(&exe).expect("open");
+        let ids = read(&f).expect("io").expect("an ELF file");
         // rustc links with a GNU build id on Linux.
         assert!(ids.gnu.as_ref().is_some_and(|g| g.len() >= 16), "{ids:?}");
-        let mut not_elf =
-            File::open(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).expect("manifest");
-        assert_eq!(read(&mut not_elf).expect("io"), None);
+        let not_elf = open(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/Cargo.toml"
+        )))
+        .expect("manifest");
+        assert_eq!(read(&not_elf).expect("io"), None);
     }
 }

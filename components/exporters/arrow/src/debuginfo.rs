@@ -9,9 +9,17 @@
 //! for a reason that may pass), the build id is tried again after `retry_interval`. The
 //! whole file is uploaded (Parca extracts what it needs). The build id sent is the string
 //! written into `mapping_build_id`, so the server joins them.
+//!
+//! The recorded paths lead into other users' processes and this process may be root: a
+//! file is opened once, checked, by [`host_executables::open`] (no link followed, only a
+//! regular file, so a FIFO cannot hold the upload), and the build id check, the hash and
+//! the bytes sent all read that one [`HostFile`], by offset, up to the size it had when
+//! opened. A path refused as unsafe is skipped; when no path gives the file and one was
+//! refused, the upload counts as `failed`, is logged once as a warning, and is tried
+//! again after `retry_interval` (a later process may record a sound path).
 
 use std::collections::{HashMap, VecDeque};
-use std::io::Read;
+use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +33,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use profcol_core::client::grpc::{USER_AGENT, WithHeaders, from_grpc_status};
 use profcol_core::client::tls::{ClientTls, TlsClientSettings};
+use profcol_core::host_executables::{self, HostFile};
 use profcol_core::telemetry::{Counter, Telemetry};
 use profcol_proto::parca::debuginfo::v1alpha1::debuginfo_service_client::DebuginfoServiceClient;
 use profcol_proto::parca::debuginfo::v1alpha1::upload_instructions::UploadStrategy;
@@ -32,7 +41,6 @@ use profcol_proto::parca::debuginfo::v1alpha1::{
     BuildIdType, DebuginfoType, InitiateUploadRequest, MarkUploadFinishedRequest,
     ShouldInitiateUploadRequest, UploadInfo, UploadRequest, upload_request,
 };
-use tokio::io::AsyncReadExt;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -74,6 +82,10 @@ pub(crate) enum Outcome {
     /// The file is no longer readable here: forget the id, so that when the receiver
     /// records it again (a new process), it is offered again.
     Forget(String),
+    /// No recorded path gave the file, and at least one was refused as unsafe (a link,
+    /// a FIFO or another non-regular file, a file swapped while opened): counted as
+    /// failed and warned about once per id, asked again after `retry_interval`.
+    Refused(String),
 }
 
 struct Counters {
@@ -127,6 +139,8 @@ struct Uploader {
     counters: Counters,
     exporter: String,
     offered: Arc<Mutex<Offered>>,
+    /// Ids already refused (warned about and counted once), bounded as `offered`.
+    refused: Mutex<Offered>,
     queue: mpsc::Sender<String>,
     shutdown: CancellationToken,
 }
@@ -161,6 +175,7 @@ impl Debuginfo {
             counters,
             exporter: exporter.to_owned(),
             offered: offered.clone(),
+            refused: Mutex::new(Offered::default()),
             queue: tx.clone(),
             shutdown: shutdown.clone(),
             settings,
@@ -232,26 +247,44 @@ fn signed_url_client(timeout: Duration) -> Result<HttpClient, String> {
     Ok(Client::builder(TokioExecutor::new()).build(connector))
 }
 
-/// A file ready to upload.
+/// A file ready to upload: opened once, checked to declare the build id, and hashed.
 struct Prepared {
-    path: PathBuf,
+    file: Arc<HostFile>,
     size: u64,
     hash: String,
 }
 
-/// Finds the first of `paths` that opens and declares `build_id`, and hashes it
-/// (SHA-256, hex). Blocking.
+/// Whether an open was refused because of what is at the path (a link, a FIFO, a device,
+/// a directory, a file swapped in meanwhile), rather than because it is gone or
+/// unreadable. Both [`host_executables::open`]'s own check and the `profiling`
+/// receiver's opener refuse with these kinds.
+fn refused_as_unsafe(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData
+    )
+}
+
+/// Finds the first of `paths` that opens safely and declares `build_id`, and hashes it
+/// (SHA-256, hex). Blocking, but never waits on what is at a path: a FIFO, a link or any
+/// other file that is not a regular one is refused without being read.
 fn prepare(build_id: &str, paths: &[PathBuf], max_size: u64) -> Result<Prepared, Outcome> {
     let mut tried = Vec::new();
+    let mut unsafe_paths = false;
     for path in paths {
-        let mut file = match std::fs::File::open(path) {
+        let file = match host_executables::open(path) {
             Ok(f) => f,
             Err(e) => {
-                tried.push(format!("{}: {e}", path.display()));
+                if refused_as_unsafe(&e) {
+                    unsafe_paths = true;
+                    tried.push(format!("{}: refused: {e}", path.display()));
+                } else {
+                    tried.push(format!("{}: {e}", path.display()));
+                }
                 continue;
             }
         };
-        match buildid::read(&mut file) {
+        match buildid::read(&file) {
             Ok(Some(ids)) if ids.contains(build_id) => {}
             Ok(_) => {
                 tried.push(format!("{}: declares another build id", path.display()));
@@ -262,7 +295,7 @@ fn prepare(build_id: &str, paths: &[PathBuf], max_size: u64) -> Result<Prepared,
                 continue;
             }
         }
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let size = file.size;
         if size > max_size {
             return Err(Outcome::GiveUp(format!(
                 "{} is {size} bytes, over max_file_size ({max_size})",
@@ -272,13 +305,8 @@ fn prepare(build_id: &str, paths: &[PathBuf], max_size: u64) -> Result<Prepared,
         let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
         let mut buf = vec![0u8; 1 << 20];
         let mut read = 0u64;
-        use std::io::Seek;
-        if let Err(e) = file.seek(std::io::SeekFrom::Start(0)) {
-            tried.push(format!("{}: {e}", path.display()));
-            continue;
-        }
         loop {
-            match file.read(&mut buf) {
+            match buildid::read_full(&file, &mut buf, read) {
                 Ok(0) => break,
                 Ok(n) => {
                     digest.update(&buf[..n]);
@@ -289,16 +317,47 @@ fn prepare(build_id: &str, paths: &[PathBuf], max_size: u64) -> Result<Prepared,
                 }
             }
         }
+        if read != size {
+            // Truncated since it was opened: what would be sent is not what was announced.
+            return Err(Outcome::Later(format!(
+                "{} shrank from {size} to {read} bytes while it was read",
+                path.display()
+            )));
+        }
         return Ok(Prepared {
-            path: path.clone(),
-            size: read,
+            file: Arc::new(file),
+            size,
             hash: hex::encode(digest.finish().as_ref()),
         });
     }
-    Err(Outcome::Forget(format!(
+    let reason = format!(
         "no readable file with this build id ({})",
         tried.join("; ")
-    )))
+    );
+    if unsafe_paths {
+        Err(Outcome::Refused(reason))
+    } else {
+        Err(Outcome::Forget(reason))
+    }
+}
+
+/// Reads `len` bytes at `offset`, all of them (a file that ends sooner was truncated
+/// since it was opened: an error). Blocking.
+fn read_chunk(file: &HostFile, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut chunk = vec![0u8; len];
+    let n = buildid::read_full(file, &mut chunk, offset)?;
+    if n < len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!(
+                "{} ended at {} of {} bytes",
+                file.path.display(),
+                offset + n as u64,
+                file.size
+            ),
+        ));
+    }
+    Ok(chunk)
 }
 
 impl Uploader {
@@ -348,22 +407,43 @@ impl Uploader {
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&id);
             }
+            Outcome::Refused(reason) => {
+                let wait = self.settings.retry_interval;
+                let first = self
+                    .refused
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(&id);
+                if first {
+                    self.counters.failed.add(1);
+                    tracing::warn!(exporter = %self.exporter, build_id = %id, reason = %reason, wait = ?wait, "debug information not uploaded: a recorded path was refused as unsafe");
+                } else {
+                    tracing::debug!(exporter = %self.exporter, build_id = %id, reason = %reason, wait = ?wait, "debug information not uploaded: a recorded path was refused as unsafe");
+                }
+                self.retry_later(id);
+            }
             Outcome::Later(reason) => {
                 let wait = self.settings.retry_interval;
                 tracing::debug!(exporter = %self.exporter, build_id = %id, reason = %reason, wait = ?wait, "debug information upload postponed");
-                let this = self.clone();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        _ = this.shutdown.cancelled() => {}
-                        _ = tokio::time::sleep(wait) => {
-                            if this.queue.send(id.clone()).await.is_err() {
-                                tracing::debug!(build_id = %id, "uploader stopped");
-                            }
-                        }
-                    }
-                });
+                self.retry_later(id);
             }
         }
+    }
+
+    /// Queues `id` again after `retry_interval`.
+    fn retry_later(self: &Arc<Self>, id: String) {
+        let wait = self.settings.retry_interval;
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = this.shutdown.cancelled() => {}
+                _ = tokio::time::sleep(wait) => {
+                    if this.queue.send(id.clone()).await.is_err() {
+                        tracing::debug!(build_id = %id, "uploader stopped");
+                    }
+                }
+            }
+        });
     }
 
     /// A file transfer's deadline: the call timeout, plus a second for every MiB (a slow
@@ -478,29 +558,32 @@ impl Uploader {
         }
     }
 
-    /// Streams the file's chunks into `tx` (each message made by `wrap`).
+    /// Streams the first `size` bytes of `file` into `tx` in chunks (each message made by
+    /// `wrap`), each read on a blocking task from the file that was checked and hashed,
+    /// never by its path again. A read error, or the file ending early, ends the stream
+    /// with that error.
     fn read_chunks<T: Send + 'static>(
-        path: PathBuf,
+        file: Arc<HostFile>,
+        size: u64,
         tx: mpsc::Sender<T>,
-        wrap: impl Fn(Result<Vec<u8>, std::io::Error>) -> T + Send + 'static,
+        wrap: impl Fn(Result<Vec<u8>, io::Error>) -> T + Send + 'static,
     ) {
         tokio::spawn(async move {
-            let mut file = match tokio::fs::File::open(&path).await {
-                Ok(f) => f,
-                Err(e) => {
-                    let _ = tx.send(wrap(Err(e))).await;
-                    return;
-                }
-            };
-            loop {
-                let mut chunk = Vec::with_capacity(CHUNK_BYTES);
-                match (&mut file)
-                    .take(CHUNK_BYTES as u64)
-                    .read_to_end(&mut chunk)
-                    .await
-                {
-                    Ok(0) => return,
-                    Ok(_) => {
+            let mut offset = 0u64;
+            while offset < size && !tx.is_closed() {
+                let len = usize::try_from(size - offset)
+                    .unwrap_or(usize::MAX)
+                    .min(CHUNK_BYTES);
+                let from = file.clone();
+                let read =
+                    tokio::task::spawn_blocking(move || read_chunk(&from, offset, len)).await;
+                let chunk = match read {
+                    Ok(chunk) => chunk,
+                    Err(e) => Err(io::Error::other(format!("reading task: {e}"))),
+                };
+                match chunk {
+                    Ok(chunk) => {
+                        offset += chunk.len() as u64;
                         if tx.send(wrap(Ok(chunk))).await.is_err() {
                             return;
                         }
@@ -534,7 +617,7 @@ impl Uploader {
         }
         // A read error ends the stream early; the server then sees fewer bytes than
         // announced and refuses, and the id is tried again later.
-        Self::read_chunks(prepared.path.clone(), tx, |chunk| UploadRequest {
+        Self::read_chunks(prepared.file.clone(), prepared.size, tx, |chunk| UploadRequest {
             data: Some(upload_request::Data::ChunkData(chunk.unwrap_or_default())),
         });
         let mut request = self.request(ReceiverStream::new(rx));
@@ -559,7 +642,7 @@ impl Uploader {
             .parse()
             .map_err(|e| Outcome::GiveUp(format!("signed URL {url:?}: {e}")))?;
         let (tx, rx) = mpsc::channel::<Result<http_body::Frame<Bytes>, std::io::Error>>(2);
-        Self::read_chunks(prepared.path.clone(), tx, |chunk| {
+        Self::read_chunks(prepared.file.clone(), prepared.size, tx, |chunk| {
             chunk.map(|c| http_body::Frame::data(Bytes::from(c)))
         });
         let body = BoxBody::new(StreamBody::new(ReceiverStream::new(rx)));
@@ -622,12 +705,12 @@ mod tests {
     #[test]
     fn prepare_finds_the_file_that_declares_the_id() {
         let exe = std::env::current_exe().expect("exe");
-        let mut f = std::fs::File::open(&exe).expect("open");
-        let ids = buildid::read(&mut f).expect("io").expect("elf");
+        let f = host_executables::open(&exe).expect("open");
+        let ids = buildid::read(&f).expect("io").expect("elf");
         let gnu = ids.gnu.expect("gnu build id");
         let missing = PathBuf::from("/nonexistent/x");
         let p = prepare(&gnu, &[missing.clone(), exe.clone()], u64::MAX).expect("found");
-        assert_eq!(p.path, exe);
+        assert_eq!(p.file.path, exe);
         assert_eq!(p.size, std::fs::metadata(&exe).expect("meta").len());
         assert_eq!(p.hash.len(), 64);
         assert!(matches!(

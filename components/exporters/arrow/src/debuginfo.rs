@@ -679,6 +679,366 @@ impl Uploader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+    use std::time::Instant;
+
+    use profcol_proto::parca::debuginfo::v1alpha1::debuginfo_service_server::{
+        DebuginfoService, DebuginfoServiceServer,
+    };
+    use profcol_proto::parca::debuginfo::v1alpha1::{
+        InitiateUploadResponse, MarkUploadFinishedResponse, ShouldInitiateUploadResponse,
+        UploadInstructions, UploadResponse,
+    };
+
+    /// A directory under the system's temp dir, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos();
+            let dir = std::env::temp_dir().join(format!(
+                "profcol-arrow-{tag}-{}-{nanos}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).expect("scratch dir");
+            Scratch(dir)
+        }
+
+        fn join(&self, name: &str) -> PathBuf {
+            self.0.join(name)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A GNU build id no other test (or test run) uses: the host registry is global.
+    fn unique_id(tag: &str) -> String {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos();
+        let seed = format!("{tag}-{}-{nanos}", std::process::id());
+        let digest = ring::digest::digest(&ring::digest::SHA256, seed.as_bytes());
+        hex::encode(&digest.as_ref()[..20])
+    }
+
+    /// The smallest ELF file [`buildid::read`] takes: a header, one `PT_NOTE` program
+    /// header and a GNU build id note, padded with a pattern to `len` bytes.
+    fn elf_declaring(build_id: &str, len: usize) -> Vec<u8> {
+        let desc = hex::decode(build_id).expect("hex id");
+        let mut note = Vec::new();
+        note.extend(4u32.to_le_bytes());
+        note.extend((desc.len() as u32).to_le_bytes());
+        note.extend(3u32.to_le_bytes());
+        note.extend(b"GNU\0");
+        note.extend(&desc);
+        let mut f = vec![0u8; 64 + 56];
+        f[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        f[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        f[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        f[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes());
+        f[64..68].copy_from_slice(&4u32.to_le_bytes());
+        f[72..80].copy_from_slice(&120u64.to_le_bytes());
+        f[96..104].copy_from_slice(&(note.len() as u64).to_le_bytes());
+        f.extend(&note);
+        let mut i = 0u8;
+        while f.len() < len {
+            f.push(i);
+            i = i.wrapping_add(7);
+        }
+        f
+    }
+
+    fn mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .expect("mkfifo runs");
+        assert!(status.success(), "mkfifo {}", path.display());
+    }
+
+    #[derive(Default)]
+    struct FakeState {
+        asked: HashMap<String, usize>,
+        initiated: Vec<String>,
+        uploads: HashMap<String, Vec<u8>>,
+        finished: Vec<String>,
+    }
+
+    /// Parca's `DebuginfoService` as far as the uploader uses it: always wants the file,
+    /// by the `Upload` stream.
+    #[derive(Clone, Default)]
+    struct FakeParca(Arc<Mutex<FakeState>>);
+
+    impl FakeParca {
+        fn state(&self) -> std::sync::MutexGuard<'_, FakeState> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+
+        /// Serves on a free local port; a client for it.
+        async fn serve(&self) -> DebuginfoServiceClient<WithHeaders> {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let server = tonic::transport::Server::builder()
+                .add_service(
+                    DebuginfoServiceServer::new(self.clone()).max_decoding_message_size(64 << 20),
+                )
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener));
+            tokio::spawn(server);
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .expect("uri")
+                .connect_lazy();
+            DebuginfoServiceClient::new(WithHeaders::new(channel, Default::default()))
+        }
+    }
+
+    #[tonic::async_trait]
+    impl DebuginfoService for FakeParca {
+        async fn upload(
+            &self,
+            request: tonic::Request<tonic::Streaming<UploadRequest>>,
+        ) -> Result<tonic::Response<UploadResponse>, tonic::Status> {
+            let mut inbound = request.into_inner();
+            let Some(upload_request::Data::Info(info)) =
+                inbound.message().await?.and_then(|m| m.data)
+            else {
+                return Err(tonic::Status::invalid_argument("info first"));
+            };
+            let mut bytes = Vec::new();
+            while let Some(m) = inbound.message().await? {
+                match m.data {
+                    Some(upload_request::Data::ChunkData(c)) => bytes.extend(c),
+                    _ => return Err(tonic::Status::invalid_argument("chunks after info")),
+                }
+            }
+            let size = bytes.len() as u64;
+            self.state().uploads.insert(info.build_id.clone(), bytes);
+            Ok(tonic::Response::new(UploadResponse {
+                build_id: info.build_id,
+                size,
+            }))
+        }
+
+        async fn should_initiate_upload(
+            &self,
+            request: tonic::Request<ShouldInitiateUploadRequest>,
+        ) -> Result<tonic::Response<ShouldInitiateUploadResponse>, tonic::Status> {
+            let id = request.into_inner().build_id;
+            *self.state().asked.entry(id).or_default() += 1;
+            Ok(tonic::Response::new(ShouldInitiateUploadResponse {
+                should_initiate_upload: true,
+                reason: String::new(),
+            }))
+        }
+
+        async fn initiate_upload(
+            &self,
+            request: tonic::Request<InitiateUploadRequest>,
+        ) -> Result<tonic::Response<InitiateUploadResponse>, tonic::Status> {
+            let r = request.into_inner();
+            self.state().initiated.push(r.build_id.clone());
+            Ok(tonic::Response::new(InitiateUploadResponse {
+                upload_instructions: Some(UploadInstructions {
+                    build_id: r.build_id,
+                    upload_id: "u1".into(),
+                    upload_strategy: UploadStrategy::Grpc as i32,
+                    signed_url: String::new(),
+                    r#type: r.r#type,
+                }),
+            }))
+        }
+
+        async fn mark_upload_finished(
+            &self,
+            request: tonic::Request<MarkUploadFinishedRequest>,
+        ) -> Result<tonic::Response<MarkUploadFinishedResponse>, tonic::Status> {
+            self.state().finished.push(request.into_inner().build_id);
+            Ok(tonic::Response::new(MarkUploadFinishedResponse {}))
+        }
+    }
+
+    #[test]
+    fn prepare_refuses_a_fifo_without_waiting_for_a_writer() {
+        let dir = Scratch::new("fifo");
+        let id = unique_id("fifo");
+        let fifo = dir.join("fifo");
+        mkfifo(&fifo);
+        let good = dir.join("good");
+        std::fs::write(&good, elf_declaring(&id, 4096)).expect("write");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (fifo_path, good_path) = (fifo.clone(), good.clone());
+        // On a thread of its own: a plain open would wait for a writer forever.
+        std::thread::spawn(move || {
+            let alone = prepare(&id, std::slice::from_ref(&fifo_path), u64::MAX)
+                .map(|p| p.file.path.clone());
+            let before_good =
+                prepare(&id, &[fifo_path, good_path], u64::MAX).map(|p| p.file.path.clone());
+            let _ = tx.send((alone, before_good));
+        });
+        let (alone, before_good) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("prepare returns without waiting on the FIFO");
+        match alone {
+            Err(Outcome::Refused(reason)) => assert!(reason.contains("refused"), "{reason}"),
+            other => panic!("a FIFO is refused, got {other:?}"),
+        }
+        assert_eq!(before_good, Ok(good), "the FIFO is skipped for the next path");
+    }
+
+    #[test]
+    fn prepare_does_not_follow_a_link_at_a_recorded_path() {
+        let dir = Scratch::new("link");
+        let id = unique_id("link");
+        let target = dir.join("target");
+        std::fs::write(&target, elf_declaring(&id, 4096)).expect("write");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        // The link leads to a file that declares the id: refused all the same.
+        assert!(matches!(
+            prepare(&id, std::slice::from_ref(&link), u64::MAX),
+            Err(Outcome::Refused(_))
+        ));
+        let p = prepare(&id, &[link, target.clone()], u64::MAX).expect("the file itself");
+        assert_eq!(p.file.path, target);
+        assert_eq!(p.size, 4096);
+    }
+
+    #[tokio::test]
+    async fn chunks_come_from_the_checked_file_up_to_its_size() {
+        async fn stream(p: &Prepared) -> (Vec<u8>, usize, Option<io::Error>) {
+            let (tx, mut rx) = mpsc::channel(2);
+            Uploader::read_chunks(p.file.clone(), p.size, tx, |c| c);
+            let (mut bytes, mut chunks) = (Vec::new(), 0);
+            while let Some(chunk) = rx.recv().await {
+                match chunk {
+                    Ok(c) => {
+                        bytes.extend(c);
+                        chunks += 1;
+                    }
+                    Err(e) => return (bytes, chunks, Some(e)),
+                }
+            }
+            (bytes, chunks, None)
+        }
+        let dir = Scratch::new("chunks");
+        let id = unique_id("chunks");
+        let path = dir.join("exe");
+        let content = elf_declaring(&id, CHUNK_BYTES + 1000);
+        std::fs::write(&path, &content).expect("write");
+        let p = prepare(&id, std::slice::from_ref(&path), u64::MAX).expect("prepared");
+        assert_eq!(p.size, content.len() as u64);
+        // Grown after it was hashed: only the bytes hashed are sent.
+        {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .expect("append");
+            f.write_all(b"grown later").expect("grow");
+        }
+        let (bytes, chunks, error) = stream(&p).await;
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(chunks, 2);
+        assert!(bytes == content, "the bytes sent are the file's as hashed");
+        // Another file put at the path: the path is not opened again.
+        let other = dir.join("other");
+        std::fs::write(&other, elf_declaring(&unique_id("other"), 100)).expect("write");
+        std::fs::rename(&other, &path).expect("swap");
+        let (bytes, _, error) = stream(&p).await;
+        assert!(error.is_none() && bytes == content, "still the file opened");
+        // Truncated after it was hashed: the stream ends with an error, not short.
+        let short = dir.join("short");
+        std::fs::write(&short, elf_declaring(&id, 4096)).expect("write");
+        let p = prepare(&id, std::slice::from_ref(&short), u64::MAX).expect("prepared");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&short)
+            .expect("open")
+            .set_len(100)
+            .expect("truncate");
+        let (_, _, error) = stream(&p).await;
+        assert_eq!(
+            error.map(|e| e.kind()),
+            Some(io::ErrorKind::UnexpectedEof)
+        );
+    }
+
+    #[test]
+    fn a_normal_file_uploads_and_a_fifo_or_link_at_a_recorded_path_is_skipped_and_counted() {
+        let dir = Scratch::new("upload");
+        let good_id = unique_id("upload-good");
+        let fifo_id = unique_id("upload-fifo");
+        let link_id = unique_id("upload-link");
+        let good = dir.join("good");
+        let content = elf_declaring(&good_id, CHUNK_BYTES + 1000);
+        std::fs::write(&good, &content).expect("write");
+        let fifo = dir.join("fifo");
+        mkfifo(&fifo);
+        let target = dir.join("target");
+        std::fs::write(&target, elf_declaring(&link_id, 4096)).expect("write");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        host_executables::record(&good_id, std::slice::from_ref(&good));
+        host_executables::record(&fifo_id, std::slice::from_ref(&fifo));
+        host_executables::record(&link_id, std::slice::from_ref(&link));
+
+        let fake = FakeParca::default();
+        let telemetry = Telemetry::new();
+        let exporter = "arrow/unsafe_paths";
+        let count = |outcome: &str| {
+            telemetry
+                .value(UPLOADS_METRIC, &[("exporter", exporter), ("outcome", outcome)])
+                .unwrap_or(0)
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let started = Instant::now();
+        let (asked_again, uploaded, failed) = runtime.block_on(async {
+            let client = fake.serve().await;
+            let settings = DebuginfoSettings {
+                timeout: Duration::from_secs(10),
+                retry_interval: Duration::from_millis(200),
+                ..DebuginfoSettings::default()
+            };
+            let uploads = Debuginfo::start(exporter, settings, client, &telemetry).expect("start");
+            uploads.offer(&[good_id.clone(), fifo_id.clone(), link_id.clone()]);
+            // Until the upload is done and both refused ids were asked about again
+            // (retried), or 5 s.
+            let done = || {
+                let s = fake.state();
+                s.finished.contains(&good_id)
+                    && s.asked.get(&fifo_id).copied().unwrap_or(0) >= 2
+                    && s.asked.get(&link_id).copied().unwrap_or(0) >= 2
+            };
+            while !done() && started.elapsed() < Duration::from_secs(5) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            uploads.stop();
+            (done(), count("uploaded"), count("failed"))
+        });
+        // A reader stuck on the FIFO would not hold the test up past this.
+        runtime.shutdown_timeout(Duration::from_secs(1));
+        assert!(asked_again, "done within 5 s, refused ids retried");
+        assert!(started.elapsed() < Duration::from_secs(8));
+        assert_eq!(uploaded, 1);
+        assert_eq!(failed, 2, "each refused id counted once, not per retry");
+        let s = fake.state();
+        assert_eq!(s.initiated, vec![good_id.clone()], "nothing else was initiated");
+        assert!(s.uploads.get(&good_id) == Some(&content), "the whole file");
+        assert_eq!(s.uploads.len(), 1);
+    }
 
     #[test]
     fn build_id_types_follow_their_shape() {

@@ -330,10 +330,7 @@ fn prepare(build_id: &str, paths: &[PathBuf], max_size: u64) -> Result<Prepared,
             hash: hex::encode(digest.finish().as_ref()),
         });
     }
-    let reason = format!(
-        "no readable file with this build id ({})",
-        tried.join("; ")
-    );
+    let reason = format!("no readable file with this build id ({})", tried.join("; "));
     if unsafe_paths {
         Err(Outcome::Refused(reason))
     } else {
@@ -617,8 +614,10 @@ impl Uploader {
         }
         // A read error ends the stream early; the server then sees fewer bytes than
         // announced and refuses, and the id is tried again later.
-        Self::read_chunks(prepared.file.clone(), prepared.size, tx, |chunk| UploadRequest {
-            data: Some(upload_request::Data::ChunkData(chunk.unwrap_or_default())),
+        Self::read_chunks(prepared.file.clone(), prepared.size, tx, |chunk| {
+            UploadRequest {
+                data: Some(upload_request::Data::ChunkData(chunk.unwrap_or_default())),
+            }
         });
         let mut request = self.request(ReceiverStream::new(rx));
         request.set_timeout(self.transfer_deadline(prepared.size));
@@ -891,7 +890,11 @@ mod tests {
             Err(Outcome::Refused(reason)) => assert!(reason.contains("refused"), "{reason}"),
             other => panic!("a FIFO is refused, got {other:?}"),
         }
-        assert_eq!(before_good, Ok(good), "the FIFO is skipped for the next path");
+        assert_eq!(
+            before_good,
+            Ok(good),
+            "the FIFO is skipped for the next path"
+        );
     }
 
     #[test]
@@ -966,10 +969,7 @@ mod tests {
             .set_len(100)
             .expect("truncate");
         let (_, _, error) = stream(&p).await;
-        assert_eq!(
-            error.map(|e| e.kind()),
-            Some(io::ErrorKind::UnexpectedEof)
-        );
+        assert_eq!(error.map(|e| e.kind()), Some(io::ErrorKind::UnexpectedEof));
     }
 
     #[test]
@@ -996,7 +996,10 @@ mod tests {
         let exporter = "arrow/unsafe_paths";
         let count = |outcome: &str| {
             telemetry
-                .value(UPLOADS_METRIC, &[("exporter", exporter), ("outcome", outcome)])
+                .value(
+                    UPLOADS_METRIC,
+                    &[("exporter", exporter), ("outcome", outcome)],
+                )
                 .unwrap_or(0)
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1035,7 +1038,11 @@ mod tests {
         assert_eq!(uploaded, 1);
         assert_eq!(failed, 2, "each refused id counted once, not per retry");
         let s = fake.state();
-        assert_eq!(s.initiated, vec![good_id.clone()], "nothing else was initiated");
+        assert_eq!(
+            s.initiated,
+            vec![good_id.clone()],
+            "nothing else was initiated"
+        );
         assert!(s.uploads.get(&good_id) == Some(&content), "the whole file");
         assert_eq!(s.uploads.len(), 1);
     }

@@ -10,6 +10,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+/// The longest interval kept as asked: tokio adds the interval to the clock, which panics
+/// past what an `Instant` holds, so a config's `1000000000h` becomes this (30 years).
+const MAX_EVERY: Duration = Duration::from_secs(30 * 365 * 86_400);
+
 enum State {
     Idle,
     Running(JoinHandle<()>),
@@ -36,7 +40,7 @@ impl PeriodicTask {
     }
 
     /// Runs `tick(target)` every `every` (the first after one interval), unless it already
-    /// runs or was stopped.
+    /// runs or was stopped. A zero interval never ticks; one above 30 years is 30 years.
     pub fn ensure_started<T, F, Fut>(&self, target: &Arc<T>, every: Duration, tick: F)
     where
         T: Send + Sync + 'static,
@@ -44,9 +48,10 @@ impl PeriodicTask {
         Fut: Future<Output = ()> + Send,
     {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if !matches!(*state, State::Idle) {
+        if !matches!(*state, State::Idle) || every.is_zero() {
             return;
         }
+        let every = every.min(MAX_EVERY);
         let target = Arc::downgrade(target);
         let stop = self.stop.clone();
         *state = State::Running(tokio::spawn(async move {
@@ -116,6 +121,33 @@ mod tests {
         task.ensure_started(&count, Duration::from_secs(1), tick);
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(count.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn zero_and_enormous_intervals_neither_panic_nor_spin() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let tick = |c: Arc<AtomicUsize>| async move {
+            c.fetch_add(1, Ordering::SeqCst);
+        };
+        let zero = PeriodicTask::new();
+        zero.ensure_started(&count, Duration::ZERO, tick);
+        assert!(matches!(*zero.state.lock().expect("lock"), State::Idle));
+        let huge = PeriodicTask::new();
+        huge.ensure_started(&count, Duration::MAX, tick);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(count.load(Ordering::SeqCst), 0);
+        // The huge one's task is alive (not dead of a panic) and stops when asked.
+        {
+            let state = huge.state.lock().expect("lock");
+            let State::Running(handle) = &*state else {
+                panic!("started");
+            };
+            assert!(!handle.is_finished());
+        }
+        tokio::time::timeout(Duration::from_secs(1), huge.stop())
+            .await
+            .expect("stops");
+        zero.stop().await;
     }
 
     #[tokio::test(start_paused = true)]

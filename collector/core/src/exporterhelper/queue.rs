@@ -127,7 +127,8 @@ impl DiskStore {
             })
             .collect();
         seqs.sort_unstable();
-        let next = seqs.last().map_or(1, |s| s + 1);
+        // A name at u64::MAX (put there by hand) must not overflow the counter.
+        let next = seqs.last().map_or(1, |s| s.saturating_add(1));
         Ok((
             DiskStore {
                 dir: dir.to_path_buf(),
@@ -223,6 +224,24 @@ mod tests {
         assert_eq!(left, vec![b]);
         assert_eq!(store.read(b).expect("read"), ProfileBatch::empty());
         assert!(store.write(&ProfileBatch::empty()).expect("write") > b);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod disk_names {
+    use super::*;
+
+    #[test]
+    fn a_queue_file_named_u64_max_does_not_overflow() {
+        let dir = std::env::temp_dir().join(format!("profcol-disk-max-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join(format!("{}.pb", u64::MAX)), b"").expect("write");
+        std::fs::write(dir.join("99999999999999999999999.pb"), b"").expect("write");
+        let (store, seqs) = DiskStore::open(&dir).expect("open");
+        assert_eq!(seqs, [u64::MAX]);
+        store.write(&ProfileBatch::empty()).expect("write");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

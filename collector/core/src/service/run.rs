@@ -99,6 +99,7 @@ pub async fn run(
             label(Kind::Extension, id),
             status.clone(),
             fatal_tx.clone(),
+            telemetry.clone(),
             async move { extension.run(ectx).await },
         ));
     }
@@ -265,6 +266,7 @@ pub async fn run(
             label(Kind::Receiver, id),
             status.clone(),
             fatal_tx.clone(),
+            telemetry.clone(),
             async move {
                 let result = receiver.run(rctx).instrument(span).await;
                 if result.is_ok() {
@@ -339,11 +341,14 @@ pub async fn run(
     }
 }
 
-/// Runs a component task, keeping its status, and reports a fatal error.
+/// Runs a component task, keeping its status, and reports a fatal error. A panic is
+/// caught, counted and reported as a fatal error, so it is noticed instead of leaving a
+/// dead task behind an `Ok` status.
 fn spawn_component<F>(
     name: String,
     status: Status,
     fatal: mpsc::UnboundedSender<(String, String)>,
+    telemetry: Telemetry,
     task: F,
 ) -> JoinHandle<()>
 where
@@ -351,7 +356,11 @@ where
 {
     status.set(&name, ComponentStatus::Ok);
     tokio::spawn(async move {
-        match task.await {
+        let result = CatchUnwind::new(task).await.unwrap_or_else(|message| {
+            panic_counter(&telemetry, &name).add(1);
+            Err(ComponentError::Fatal(format!("panicked: {message}")))
+        });
+        match result {
             Ok(()) => status.set(&name, ComponentStatus::Stopped),
             Err(ComponentError::Fatal(message)) => {
                 tracing::error!(component = %name, error = %message, "component failed");

@@ -472,8 +472,44 @@ mod panicking {
         }
     }
 
+    /// Receiver type `test_panic_source`: says it started, then panics.
+    pub struct PanicSourceFactory;
+
+    impl crate::component::ReceiverFactory for PanicSourceFactory {
+        type Config = PanicConfig;
+        fn type_name(&self) -> &'static str {
+            "test_panic_source"
+        }
+        fn stability(&self) -> Stability {
+            Stability::Development
+        }
+        fn create(
+            &self,
+            _: PanicConfig,
+            _: &crate::component::CreateContext,
+        ) -> Result<Box<dyn crate::component::Receiver>, BuildError> {
+            Ok(Box::new(PanicSource))
+        }
+    }
+
+    struct PanicSource;
+
+    #[async_trait]
+    impl crate::component::Receiver for PanicSource {
+        async fn run(
+            self: Box<Self>,
+            ctx: crate::component::ReceiverContext,
+        ) -> Result<(), crate::component::ComponentError> {
+            ctx.started.ready();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            panic!("the receiver tripped");
+        }
+    }
+
     pub fn registry() -> crate::component::Registry {
         let mut r = crate::testkit::registry();
+        r.receiver(PanicSourceFactory)
+            .expect("one test_panic_source");
         r.processor(PanicFactory).expect("one test_panic");
         r.exporter(PanicSinkFactory).expect("one test_panic_sink");
         r
@@ -610,4 +646,55 @@ service:
     );
     stop.cancel();
     service.await.expect("joined").expect("a clean stop");
+}
+
+#[tokio::test]
+async fn a_panicking_receiver_is_a_fatal_error_not_a_silent_death() {
+    let reg = panicking::registry();
+    let config = load(
+        &[(
+            "test.yaml".into(),
+            r#"
+receivers:
+  test_panic_source: {}
+exporters:
+  test_sink: {name: tripped}
+service:
+  pipelines:
+    profiles: {receivers: [test_panic_source], exporters: [test_sink]}
+"#
+            .into(),
+        )],
+        &env,
+        &reg,
+    )
+    .expect("valid");
+    let telemetry = Telemetry::new();
+    let status = Status::new();
+    let result = tokio::time::timeout(
+        Duration::from_secs(5),
+        run(
+            config,
+            &reg,
+            telemetry.clone(),
+            status.clone(),
+            CancellationToken::new(),
+            ServiceOptions::default(),
+        ),
+    )
+    .await
+    .expect("the panic ends the run");
+    let text = result.expect_err("a failure").to_string();
+    assert_eq!(
+        text,
+        "receiver/test_panic_source failed: panicked: the receiver tripped"
+    );
+    assert!(!status.is_ready());
+    assert_eq!(
+        telemetry.value(
+            "profcol_component_panics_total",
+            &[("component", "receiver/test_panic_source")]
+        ),
+        Some(1)
+    );
 }

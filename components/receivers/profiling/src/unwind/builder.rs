@@ -17,8 +17,8 @@
 //! (bytes of CFI instructions run, a CIE's once per FDE, plus rows produced) are capped.
 
 use gimli::{
-    BaseAddresses, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, UnwindContext,
-    UnwindSection,
+    BaseAddresses, CallFrameInstruction, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian,
+    Register, RegisterRule, UnwindContext, UnwindContextStorage, UnwindSection, UnwindTableRow,
 };
 
 use super::error::UnwindError;
@@ -37,8 +37,31 @@ const SHT_NOBITS: u32 = 8;
 /// Table addresses are relative to the first `PT_LOAD` segment's page.
 const PAGE: u64 = 4096;
 
-/// Caps on what one file can make the builder do. Real files are far below them (glibc:
-/// 3,000 FDEs, 19,000 rows; a 300 MB debug build of profcol: see the bench).
+/// Register rules one CFI row can hold at once. gimli's default is 192; x86_64 code
+/// describes at most the 16 general registers and the return address (plus xmm6-15 in
+/// Windows-ABI functions), and a smaller row is cheaper to copy and search. A file with
+/// more is refused (`TooManyRegisterRules`).
+const MAX_RULES: usize = 48;
+/// Steps charged for an instruction that copies or drops a whole row
+/// (`DW_CFA_remember_state`, `DW_CFA_restore_state`): up to [`MAX_RULES`] rules each.
+const STATE_STEPS: u64 = MAX_RULES as u64;
+/// Steps charged for an instruction that ends a row (`DW_CFA_advance_loc`,
+/// `DW_CFA_set_loc`): the row is converted (two searches of its rules) and pushed.
+const ROW_STEPS: u64 = 16;
+
+/// gimli's storage for rows, with room for [`MAX_RULES`] rules and 4 remembered rows.
+struct Storage;
+
+impl UnwindContextStorage<usize> for Storage {
+    type Rules = [(Register, RegisterRule<usize>); MAX_RULES];
+    type Stack = Box<[UnwindTableRow<usize, Self>; 4]>;
+}
+
+/// Caps on what one file can make the builder do. Real files are far below them (libc:
+/// 3,700 FDEs and 28,000 rows; profcol's 409 MiB debug binary: 4.9 MiB of CFI, 190,000
+/// FDEs, 740,000 rows, 22 M steps). Memory at the caps: both sections (2 × 64 MiB), 32
+/// bytes per FDE noted (32 MiB) and the rows (48 MiB, up to twice that while the vector
+/// grows): about 260 MiB for a file made to reach every cap at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Bytes of `.eh_frame`, and of `.debug_frame`, read at most.
@@ -47,17 +70,19 @@ pub struct Limits {
     pub max_fdes: usize,
     /// Rows in the table (12 bytes each: 48 MiB at 4 Mi rows).
     pub max_rows: usize,
-    /// Evaluation steps per file: one per byte of CFI parsed or run (a CIE's initial
-    /// instructions count again for every FDE that uses it) and one per row produced.
-    /// This bounds the time: about a second of one core at the default.
+    /// Evaluation steps per file, which bound the time (about a second of one core at
+    /// the default, measured with the costliest shapes): one per byte of CFI parsed or
+    /// run, a CIE's initial instructions again for every FDE that uses it, plus a weight
+    /// for each instruction that ends a row or copies one. An FDE is charged before it
+    /// is evaluated, so an FDE made to be slow is refused, not run.
     pub max_steps: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_section_size: 128 << 20,
-            max_fdes: 2 << 20,
+            max_section_size: 64 << 20,
+            max_fdes: 1 << 20,
             max_rows: 4 << 20,
             max_steps: 256 << 20,
         }
@@ -225,7 +250,7 @@ pub fn build_with_limits(elf: &ElfFile, limits: &Limits) -> Result<Built, Unwind
 
     // Pass 2: evaluated in address order.
     let mut table = UnwindTable::new(arch, base);
-    let mut ctx = Box::new(UnwindContext::new());
+    let mut ctx = Box::new(UnwindContext::<usize, Storage>::new_in());
     let mut last_end: Option<u64> = None;
     for fde in &fdes {
         if last_end.is_some_and(|end| fde.start < end) {
@@ -392,7 +417,7 @@ fn evaluate<'a, S: UnwindSection<EndianSlice<'a, LittleEndian>>>(
     section: &S,
     fde_ref: &FdeRef,
     bases: &BaseAddresses,
-    ctx: &mut UnwindContext<usize>,
+    ctx: &mut UnwindContext<usize, Storage>,
     table: &mut UnwindTable,
     limits: &Limits,
     budget: &mut Budget,
@@ -405,12 +430,31 @@ fn evaluate<'a, S: UnwindSection<EndianSlice<'a, LittleEndian>>>(
             s.cie_from_offset(b, o)
         })
         .map_err(|e| cfi_error(source, at, e))?;
-    budget.spend(fde.entry_len() as u64 + 2 * fde.cie().entry_len() as u64 + 1)?;
+    // Charged before anything runs: the bytes (read twice, here and by gimli) and the
+    // costly instructions, the CIE's initial ones included.
+    budget.spend(2 * (fde.entry_len() as u64 + fde.cie().entry_len() as u64) + 1)?;
+    for mut instructions in [
+        fde.cie().instructions(section, bases),
+        fde.instructions(section, bases),
+    ] {
+        let mut steps = 0u64;
+        while let Some(instruction) = instructions.next().map_err(|e| cfi_error(source, at, e))? {
+            steps += match instruction {
+                CallFrameInstruction::RememberState | CallFrameInstruction::RestoreState => {
+                    STATE_STEPS
+                }
+                CallFrameInstruction::AdvanceLoc { .. } | CallFrameInstruction::SetLoc { .. } => {
+                    ROW_STEPS
+                }
+                _ => 1,
+            };
+        }
+        budget.spend(steps)?;
+    }
     let mut rows = fde
         .rows(section, bases, ctx)
         .map_err(|e| cfi_error(source, at, e))?;
     while let Some(row) = rows.next_row().map_err(|e| cfi_error(source, at, e))? {
-        budget.spend(1)?;
         stats.rows_evaluated += 1;
         let (start, end) = (row.start_address(), row.end_address());
         if start >= end || start < fde_ref.start || start >= fde_ref.end {

@@ -656,3 +656,93 @@ fn other_architectures_are_refused() {
         Err(UnwindError::UnsupportedArch(183))
     ));
 }
+
+/// The compiled program with its `.eh_frame` replaced by `eh_frame` (appended to the file;
+/// the section header is pointed at it, its address kept).
+fn with_eh_frame(dir: &Path, eh_frame: &[u8]) -> Vec<u8> {
+    let (mut bytes, _, _, header) = program_bytes(dir);
+    let at = bytes.len() as u64;
+    bytes.extend_from_slice(eh_frame);
+    bytes[header + 24..header + 32].copy_from_slice(&at.to_le_bytes());
+    bytes[header + 32..header + 40].copy_from_slice(&(eh_frame.len() as u64).to_le_bytes());
+    bytes
+}
+
+/// A CIE whose initial instructions are `nops` DW_CFA_nop after the usual entry rules,
+/// and `fdes` one-byte FDEs using it, at `text`, `text + 1`, ... (absolute addresses).
+fn costly_eh_frame(nops: usize, fdes: u64, text: u64) -> Vec<u8> {
+    let mut cie = vec![0, 0, 0, 0, 1]; // CIE id, version 1
+    cie.extend_from_slice(b"zR\0");
+    cie.extend_from_slice(&[1, 0x78, 16, 1, 0x00]); // code 1, data -8, ra 16, R: absptr
+    cie.extend_from_slice(&[0x0c, 7, 8, 0x90, 1]); // def_cfa rsp+8; ra at cfa-8
+    cie.resize(cie.len() + nops, 0);
+    cie.resize(cie.len().div_ceil(8) * 8 + 4, 0);
+    let mut out = (cie.len() as u32).to_le_bytes().to_vec();
+    out.extend_from_slice(&cie);
+    for i in 0..fdes {
+        let start = out.len();
+        let mut fde = ((start + 4) as u32).to_le_bytes().to_vec(); // back to the CIE
+        fde.extend_from_slice(&(text + i).to_le_bytes());
+        fde.extend_from_slice(&1u64.to_le_bytes());
+        fde.extend_from_slice(&[0, 0, 0, 0]); // no augmentation data, nops
+        out.extend_from_slice(&(fde.len() as u32).to_le_bytes());
+        out.extend_from_slice(&fde);
+    }
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out
+}
+
+#[test]
+fn a_costly_cie_shared_by_many_fdes_exhausts_the_budget() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let elf = ElfFile::open(&compile(dir.path(), "program", &["-O2"])).expect("elf");
+    let text = elf.section(".text").expect(".text").addr;
+    // Within the budget: 64 one-byte functions, each starting at rsp+8.
+    let fine = with_eh_frame(dir.path(), &costly_eh_frame(100, 64, text));
+    let built = build_bytes(&fine).expect("a small CIE");
+    assert_eq!(built.stats.fdes_used, 64);
+    assert_eq!(built.table.lookup(text + 63), Some(ENTRY));
+    assert_eq!(built.table.lookup(text + 64), None);
+    // Each FDE makes the CIE's 60,000 instructions run again: refused, not run.
+    let costly = with_eh_frame(dir.path(), &costly_eh_frame(60_000, 512, text));
+    let elf = ElfFile::from_bytes(costly).expect("ELF");
+    let limits = Limits {
+        max_steps: 16 << 20,
+        ..Limits::default()
+    };
+    assert!(matches!(
+        build_with_limits(&elf, &limits),
+        Err(UnwindError::BudgetExhausted(_))
+    ));
+}
+
+#[test]
+fn a_compressed_debug_frame_is_left_unread() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = compile(
+        dir.path(),
+        "program",
+        &[
+            "-O2",
+            "-g",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+        ],
+    );
+    let compressed = dir.path().join("compressed");
+    let status = Command::new("objcopy")
+        .arg("--compress-debug-sections=zlib")
+        .arg(&path)
+        .arg(&compressed)
+        .status()
+        .expect("objcopy runs");
+    assert!(status.success());
+    let plain = build_path(&path);
+    assert!(!plain.stats.debug_frame_compressed);
+    let built = build_path(&compressed);
+    assert!(built.stats.debug_frame_compressed);
+    assert!(
+        built.stats.fdes < plain.stats.fdes,
+        "only .eh_frame's (crt's) FDEs"
+    );
+}

@@ -642,7 +642,7 @@ pub fn batch_to_pprof(
     if estimate > limit {
         return Err(PprofError::OutputTooLarge { estimate, limit });
     }
-    let mut out = Vec::new();
+    let mut groups = Vec::new();
     for (r, rp) in batch.resource_profiles().iter().enumerate() {
         let resource_labels: &[KeyValue] =
             match (&rp.resource, options.resource_attributes_as_labels) {
@@ -651,16 +651,67 @@ pub fn batch_to_pprof(
             };
         for (s, sp) in rp.scope_profiles.iter().enumerate() {
             for group in group_profiles(d, &sp.profiles) {
-                let profile = PprofWriter::new(d).write(&group, resource_labels);
-                out.push(PprofOutput {
-                    resource_index: r,
-                    scope_index: s,
-                    profile,
-                });
+                groups.push((r, s, resource_labels, group));
             }
         }
     }
-    Ok(out)
+    // Locations no stack refers to and mappings no location refers to (a pprof's vdso
+    // or vsyscall, say) belong to the profile as a whole: they can be given back only
+    // when the batch makes one pprof.
+    let orphans = if groups.len() == 1 {
+        Orphans::of(d)
+    } else {
+        Orphans::default()
+    };
+    Ok(groups
+        .into_iter()
+        .map(|(r, s, resource_labels, group)| {
+            let mut writer = PprofWriter::new(d);
+            writer.orphans = &orphans;
+            PprofOutput {
+                resource_index: r,
+                scope_index: s,
+                profile: writer.write(&group, resource_labels),
+            }
+        })
+        .collect())
+}
+
+/// Table entries (past the zero value) that nothing refers to.
+#[derive(Default)]
+struct Orphans {
+    locations: Vec<i32>,
+    mappings: Vec<i32>,
+}
+
+impl Orphans {
+    fn of(d: &ProfilesDictionary) -> Self {
+        let unreferenced = |len: usize, referenced: &mut dyn Iterator<Item = i32>| {
+            let mut seen = vec![false; len];
+            for i in referenced {
+                if let Some(s) = seen.get_mut(i as usize) {
+                    *s = true;
+                }
+            }
+            (1..len)
+                .filter(|&i| !seen[i])
+                .filter_map(|i| i32::try_from(i).ok())
+                .collect::<Vec<_>>()
+        };
+        Orphans {
+            locations: unreferenced(
+                d.location_table.len(),
+                &mut d
+                    .stack_table
+                    .iter()
+                    .flat_map(|s| s.location_indices.iter().copied()),
+            ),
+            mappings: unreferenced(
+                d.mapping_table.len(),
+                &mut d.location_table.iter().map(|l| l.mapping_index),
+            ),
+        }
+    }
 }
 
 /// The most memory the pprof of a batch may take: 64 times the batch's own encoding, and
@@ -744,6 +795,11 @@ pub fn pprof_groups(d: &ProfilesDictionary, profiles: &[Profile]) -> Vec<Vec<usi
     groups
 }
 
+static NO_ORPHANS: Orphans = Orphans {
+    locations: Vec::new(),
+    mappings: Vec::new(),
+};
+
 /// Builds one pprof from a group of OTLP profiles over a shared dictionary.
 struct PprofWriter<'a> {
     d: &'a ProfilesDictionary,
@@ -752,6 +808,8 @@ struct PprofWriter<'a> {
     /// Locations the samples use, so that only those (and their functions and mappings)
     /// are written; a set, since one batch makes many pprofs over one shared table.
     used_locations: hashbrown::HashSet<i32>,
+    /// Locations and mappings to write though no sample uses them (see [`Orphans`]).
+    orphans: &'a Orphans,
 }
 
 impl<'a> PprofWriter<'a> {
@@ -763,6 +821,7 @@ impl<'a> PprofWriter<'a> {
             strings,
             string_table: vec![String::new()],
             used_locations: hashbrown::HashSet::new(),
+            orphans: &NO_ORPHANS,
         }
     }
 
@@ -1048,10 +1107,12 @@ impl<'a> PprofWriter<'a> {
     fn write_tables(&mut self, out: &mut pp::Profile) {
         let d = self.d;
         let mut used_functions = hashbrown::HashSet::new();
-        let mut used_mappings = hashbrown::HashSet::new();
+        let mut used_mappings: hashbrown::HashSet<i32> =
+            self.orphans.mappings.iter().copied().collect();
         let mut used: Vec<i32> = std::mem::take(&mut self.used_locations)
             .into_iter()
             .collect();
+        used.extend_from_slice(&self.orphans.locations);
         used.sort_unstable();
         for index in used {
             let Some(l) = d.location_table.get(index as usize) else {

@@ -108,6 +108,7 @@ pub fn is_stale_temp_name(name: &str) -> bool {
 }
 
 /// Test helpers for disk faults, shared with the file-writing exporters' tests.
+#[doc(hidden)]
 pub mod testing {
     use std::path::{Path, PathBuf};
     use std::process::Command;

@@ -1,9 +1,9 @@
 //! Time and memory to build unwind tables (`bench/unwind.sh`).
 //!
 //! `unwind-table [FILE...]`: each file is measured in a child process of its own (so that
-//! peak RSS is that file's): the build (open, read `.eh_frame` / `.debug_frame`, evaluate,
-//! sort, merge) is timed over five runs, page cache warm, and the process's peak RSS
-//! (`VmHWM`) is compared with its RSS before the first build.
+//! peak RSS is that file's): the process's peak RSS (`VmHWM`) after one build is compared
+//! with its RSS before it, then the build (open, read `.eh_frame` / `.debug_frame`,
+//! evaluate, sort, merge) is timed over five more runs, page cache warm.
 
 use std::fs::File;
 use std::process::Command;
@@ -38,13 +38,20 @@ fn one(path: &str) -> Result<(), String> {
     let mut times: Vec<Duration> = Vec::new();
     let mut last = None;
     let mut frames = 0;
-    for _ in 0..RUNS {
+    let mut peak = 0;
+    for run in 0..=RUNS {
+        // The previous run's table is dropped first: one build at a time.
+        drop(last.take());
         let started = Instant::now();
         let file = File::open(path).map_err(|e| e.to_string())?;
         let size = file.metadata().map_err(|e| e.to_string())?.len();
         let elf = elf::ElfFile::from_file(file, size).map_err(|e| e.to_string())?;
         let built = unwind::build(&elf).map_err(|e| e.to_string())?;
-        times.push(started.elapsed());
+        if run == 0 {
+            peak = status_kib("VmHWM:");
+        } else {
+            times.push(started.elapsed());
+        }
         frames = [".eh_frame", ".debug_frame"]
             .iter()
             .filter_map(|n| elf.section(n))
@@ -52,7 +59,6 @@ fn one(path: &str) -> Result<(), String> {
             .sum::<u64>();
         last = Some((size, built));
     }
-    let peak = status_kib("VmHWM:");
     let Some((size, built)) = last else {
         return Err("no run".into());
     };

@@ -289,6 +289,7 @@ pub fn build_with_limits(elf: &ElfFile, limits: &Limits) -> Result<Built, Unwind
     if let (Some(end), Some(fde)) = (last_end, fdes.last()) {
         push(&mut table, base, end, Rule::NONE, fde, limits)?;
     }
+    table.shrink_to_fit();
     stats.steps = budget.spent;
     Ok(Built { table, stats })
 }

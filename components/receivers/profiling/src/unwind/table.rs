@@ -63,6 +63,11 @@ impl UnwindTable {
         (row.rule != Rule::NONE).then_some(row.rule)
     }
 
+    /// Gives back the room the rows grew into: a table is kept (and cached) as built.
+    pub(super) fn shrink_to_fit(&mut self) {
+        self.rows.shrink_to_fit();
+    }
+
     /// Appends a row at or after the last one. A row with the last row's rule adds
     /// nothing; a row at the last row's address replaces it (the earlier one held no
     /// address).

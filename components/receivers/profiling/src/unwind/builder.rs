@@ -59,7 +59,7 @@ impl UnwindContextStorage<usize> for Storage {
 
 /// Caps on what one file can make the builder do. Real files are far below them (libc:
 /// 3,700 FDEs and 28,000 rows; profcol's 409 MiB debug binary: 4.9 MiB of CFI, 190,000
-/// FDEs, 740,000 rows, 22 M steps). Memory at the caps: both sections (2 × 64 MiB), 32
+/// FDEs, 740,000 rows, 33 M steps). Memory at the caps: both sections (2 × 64 MiB), 32
 /// bytes per FDE noted (32 MiB) and the rows (48 MiB, up to twice that while the vector
 /// grows): about 260 MiB for a file made to reach every cap at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -113,3 +113,24 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     dir
 }
+
+/// Samples in a file of OTLP/JSON lines, as the `file` exporter writes them (0 while it
+/// does not exist yet).
+pub fn samples_in_jsonl(path: &Path) -> usize {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return 0;
+    };
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| {
+            v["resourceProfiles"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|rp| rp["scopeProfiles"].as_array().into_iter().flatten())
+                .flat_map(|sp| sp["profiles"].as_array().into_iter().flatten())
+                .map(|p| p["samples"].as_array().map_or(0, Vec::len))
+                .sum::<usize>()
+        })
+        .sum()
+}

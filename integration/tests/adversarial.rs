@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use profcol_integration::collector::{Collector, eventually, free_port, http};
-use profcol_integration::{fixture, profcol_ok, scratch};
+use profcol_integration::{fixture, profcol_ok, samples_in_jsonl, scratch};
 use profcol_proto::otlp::collector::profiles::v1development::ExportProfilesServiceRequest;
 use profcol_proto::otlp::common::v1::{AnyValue, ArrayValue, any_value::Value};
 use profcol_proto::otlp::profiles::v1development::{
@@ -429,25 +429,6 @@ fn peak_rss_mib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .map_or(0, |kib| kib / 1024)
-}
-
-fn samples_in_jsonl(path: &Path) -> usize {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return 0;
-    };
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| {
-            v["resourceProfiles"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(|rp| rp["scopeProfiles"].as_array().into_iter().flatten())
-                .flat_map(|sp| sp["profiles"].as_array().into_iter().flatten())
-                .map(|p| p["samples"].as_array().map_or(0, Vec::len))
-                .sum::<usize>()
-        })
-        .sum()
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use profcol_integration::collector::{Collector, eventually, free_port, http};
-use profcol_integration::{fixture, profcol, profcol_ok, python, repo, scratch};
+use profcol_integration::{fixture, profcol, profcol_ok, python, repo, samples_in_jsonl, scratch};
 
 /// OTLP protobuf made from the Go CPU fixture: 66 samples in 2 profiles.
 fn payload() -> (Vec<u8>, usize) {
@@ -27,26 +27,6 @@ fn post_otlp(port: u16, body: &[u8]) -> u16 {
         body,
     )
     .map_or(0, |r| r.status)
-}
-
-/// Samples in a file of OTLP/JSON lines (0 if it does not exist yet).
-fn samples_in_jsonl(path: &Path) -> usize {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return 0;
-    };
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| {
-            v["resourceProfiles"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .flat_map(|rp| rp["scopeProfiles"].as_array().into_iter().flatten())
-                .flat_map(|sp| sp["profiles"].as_array().into_iter().flatten())
-                .map(|p| p["samples"].as_array().map_or(0, Vec::len))
-                .sum::<usize>()
-        })
-        .sum()
 }
 
 struct Ports {

@@ -52,6 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Target::Pprof => {
             let options = ToPprofOptions {
                 resource_attributes_as_labels: !args.no_resource_labels,
+                keep_unused_entries: true,
             };
             let outputs = batch_to_pprof(&batch, &options)
                 .map_err(|e| anyhow::anyhow!("{}: cannot be written as pprof: {e}", args.input))?;

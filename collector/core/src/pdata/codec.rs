@@ -34,6 +34,8 @@ pub enum DecodeError {
     Pprof(PprofError),
     #[error("unrecognized input: {0}")]
     UnknownFormat(&'static str),
+    #[error("the receiver is decoding as much as its memory budget allows; retry later")]
+    Busy,
 }
 
 // The messages above carry their cause's text, so the cause is not also a `source` (an
@@ -100,6 +102,69 @@ pub fn maybe_gunzip(bytes: &[u8], limit: usize) -> Result<Cow<'_, [u8]>, DecodeE
         return Err(DecodeError::TooLarge { limit });
     }
     Ok(Cow::Owned(out))
+}
+
+/// How much output a reserving decompression produces between two checks of its budget.
+const RESERVE_STEP: usize = 64 << 10;
+
+/// As [`maybe_gunzip`], growing `permit` to cover `already` plus the output so far as
+/// it grows, so that a bomb is refused once the budget is spent instead of after it has
+/// expanded ([`DecodeError::Busy`]).
+pub fn maybe_gunzip_reserving<'a>(
+    bytes: &'a [u8],
+    limit: usize,
+    permit: &mut crate::decode_budget::DecodePermit,
+    already: usize,
+) -> Result<Cow<'a, [u8]>, DecodeError> {
+    if !is_gzip(bytes) {
+        return maybe_gunzip(bytes, limit);
+    }
+    let mut decoder = flate2::read::MultiGzDecoder::new(bytes);
+    read_reserving(&mut decoder, limit, permit, already)
+        .map(Cow::Owned)
+        .map_err(|e| match e {
+            ReserveError::Read(e) => DecodeError::Gzip(e),
+            ReserveError::TooLarge => DecodeError::TooLarge { limit },
+            ReserveError::Busy => DecodeError::Busy,
+        })
+}
+
+/// Why [`read_reserving`] stopped.
+#[derive(Debug)]
+pub enum ReserveError {
+    Read(std::io::Error),
+    TooLarge,
+    Busy,
+}
+
+/// Reads `reader` to its end, at most `limit` bytes, growing `permit` to cover
+/// `already` plus what was read every 64 KiB.
+pub fn read_reserving(
+    reader: &mut impl Read,
+    limit: usize,
+    permit: &mut crate::decode_budget::DecodePermit,
+    already: usize,
+) -> Result<Vec<u8>, ReserveError> {
+    let mut out = Vec::new();
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    let mut limited = reader.take(cap);
+    loop {
+        let before = out.len();
+        let step = u64::try_from(RESERVE_STEP).unwrap_or(u64::MAX);
+        let read = (&mut limited)
+            .take(step)
+            .read_to_end(&mut out)
+            .map_err(ReserveError::Read)?;
+        if out.len() > limit {
+            return Err(ReserveError::TooLarge);
+        }
+        permit
+            .cover(already.saturating_add(out.len()))
+            .map_err(|_| ReserveError::Busy)?;
+        if read == 0 || out.len() == before {
+            return Ok(out);
+        }
+    }
 }
 
 /// Tells pprof from OTLP by the top-level field numbers: `ProfilesData` has only fields 1

@@ -316,9 +316,16 @@ pub fn pprof_into(
                 want: types,
             });
         }
+        // Each sample type gets its own copy of the sample's attribute list, so labels
+        // times types is what the sample costs.
         for (what, count, max) in [
             ("locations", s.location_id.len(), MAX_STACK_DEPTH),
             ("labels", s.label.len(), MAX_LABELS_PER_SAMPLE),
+            (
+                "labels across its sample types",
+                s.label.len().saturating_mul(types),
+                8 * MAX_LABELS_PER_SAMPLE,
+            ),
         ] {
             if count > max {
                 return Err(PprofError::TooMany {
@@ -521,6 +528,11 @@ impl LabelTranslator {
                     Some(&a) => a,
                     None => {
                         let value = if l.str != 0 {
+                            // Charged even though the dictionary dedupes: many keys with
+                            // one long value would otherwise copy it once per key.
+                            charge(copies, text(l.str).len(), || {
+                                format!("sample[{sample}].label[{only}].str")
+                            })?;
                             Value::StringValue(text(l.str).to_owned())
                         } else {
                             Value::IntValue(l.num)
@@ -599,12 +611,17 @@ pub struct PprofOutput {
 pub struct ToPprofOptions {
     /// Adds each resource attribute as a label on every sample that lacks that key.
     pub resource_attributes_as_labels: bool,
+    /// Writes the locations and mappings no sample uses when the batch makes one pprof
+    /// (`profcol convert`, whose input is one profile). Off in the exporters: a batch
+    /// merged from several sources would hand each pprof the others' unused entries.
+    pub keep_unused_entries: bool,
 }
 
 impl Default for ToPprofOptions {
     fn default() -> Self {
         ToPprofOptions {
             resource_attributes_as_labels: true,
+            keep_unused_entries: false,
         }
     }
 }
@@ -658,7 +675,7 @@ pub fn batch_to_pprof(
     // Locations no stack refers to and mappings no location refers to (a pprof's vdso
     // or vsyscall, say) belong to the profile as a whole: they can be given back only
     // when the batch makes one pprof.
-    let orphans = if groups.len() == 1 {
+    let orphans = if options.keep_unused_entries && groups.len() == 1 {
         Orphans::of(d)
     } else {
         Orphans::default()
@@ -810,6 +827,9 @@ struct PprofWriter<'a> {
     used_locations: hashbrown::HashSet<i32>,
     /// Locations and mappings to write though no sample uses them (see [`Orphans`]).
     orphans: &'a Orphans,
+    /// Labels per attribute index, and the resource's labels with their keys.
+    attribute_labels: FastMap<i32, Vec<pp::Label>>,
+    resource_labels: Option<Vec<(String, pp::Label)>>,
 }
 
 impl<'a> PprofWriter<'a> {
@@ -822,6 +842,8 @@ impl<'a> PprofWriter<'a> {
             string_table: vec![String::new()],
             used_locations: hashbrown::HashSet::new(),
             orphans: &NO_ORPHANS,
+            attribute_labels: FastMap::new(),
+            resource_labels: None,
         }
     }
 
@@ -1019,30 +1041,43 @@ impl<'a> PprofWriter<'a> {
         }
     }
 
+    /// The labels of one attribute, made once per writer: many distinct attribute sets
+    /// share attributes, and making a label renders and hashes its whole value.
+    fn attribute_labels(&mut self, a: i32) -> &[pp::Label] {
+        if !self.attribute_labels.contains_key(&a) {
+            let d = self.d;
+            let mut labels = Vec::new();
+            if let Some(kv) = d.attribute_table.get(a as usize) {
+                let key = self.text(kv.key_strindex);
+                let unit = self.text(kv.unit_strindex);
+                match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(Value::ArrayValue(arr)) => {
+                        for v in &arr.values {
+                            labels.push(self.label(key, v, unit));
+                        }
+                    }
+                    Some(_) => {
+                        if let Some(v) = kv.value.as_ref() {
+                            labels.push(self.label(key, v, unit));
+                        }
+                    }
+                    None => labels.push(self.label(key, &AnyValue::default(), unit)),
+                }
+            }
+            self.attribute_labels.insert(a, labels);
+        }
+        self.attribute_labels.get(&a).map_or(&[], Vec::as_slice)
+    }
+
     fn labels(&mut self, s: &Sample, resource_labels: &[KeyValue]) -> Vec<pp::Label> {
         let d = self.d;
         let mut labels = Vec::new();
         let mut keys: Vec<&str> = Vec::new();
         for &a in &s.attribute_indices {
-            let Some(kv) = d.attribute_table.get(a as usize) else {
-                continue;
-            };
-            let key = self.text(kv.key_strindex);
-            keys.push(key);
-            let unit = self.text(kv.unit_strindex);
-            match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-                Some(Value::ArrayValue(arr)) => {
-                    for v in &arr.values {
-                        labels.push(self.label(key, v, unit));
-                    }
-                }
-                Some(_) => {
-                    if let Some(v) = kv.value.as_ref() {
-                        labels.push(self.label(key, v, unit));
-                    }
-                }
-                None => labels.push(self.label(key, &AnyValue::default(), unit)),
+            if let Some(kv) = d.attribute_table.get(a as usize) {
+                keys.push(self.text(kv.key_strindex));
             }
+            labels.extend_from_slice(self.attribute_labels(a));
         }
         if let Some(link) = d
             .link_table
@@ -1056,20 +1091,28 @@ impl<'a> PprofWriter<'a> {
                 labels.push(self.label(key, &v, ""));
             }
         }
+        if self.resource_labels.is_none() {
+            let made: Vec<(String, pp::Label)> = resource_labels
+                .iter()
+                .filter_map(|kv| {
+                    let v = kv.value.as_ref()?;
+                    Some((kv.key.clone(), self.label(&kv.key, v, "")))
+                })
+                .collect();
+            self.resource_labels = Some(made);
+        }
+        let resource = self.resource_labels.as_deref().unwrap_or(&[]);
         // Long lists on both sides are matched by hashing, so that neither count can make
         // this quadratic.
         let hashed: Option<hashbrown::HashSet<&str>> =
-            (keys.len() > 16 && resource_labels.len() > 16).then(|| keys.iter().copied().collect());
-        for kv in resource_labels {
+            (keys.len() > 16 && resource.len() > 16).then(|| keys.iter().copied().collect());
+        for (key, label) in resource {
             let present = match &hashed {
-                Some(set) => set.contains(kv.key.as_str()),
-                None => keys.contains(&kv.key.as_str()),
+                Some(set) => set.contains(key.as_str()),
+                None => keys.contains(&key.as_str()),
             };
-            if present {
-                continue;
-            }
-            if let Some(v) = &kv.value {
-                labels.push(self.label(&kv.key, v, ""));
+            if !present {
+                labels.push(*label);
             }
         }
         labels

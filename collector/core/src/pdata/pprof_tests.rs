@@ -1041,4 +1041,64 @@ mod hostile {
         assert_eq!(groups.len(), 20_000);
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
+
+    /// Every sample type copies the sample's attribute list: many labels on a profile of
+    /// many types is refused by their product.
+    #[test]
+    fn labels_times_sample_types_is_capped() {
+        let p = pp::Profile {
+            sample_type: vec![pp::ValueType::default(); 64],
+            sample: vec![pp::Sample {
+                value: vec![1; 64],
+                label: (0..200)
+                    .map(|k| pp::Label {
+                        key: 1,
+                        num: k,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            string_table: strings(&["k"]),
+            ..Default::default()
+        };
+        assert!(matches!(
+            translate(&p),
+            Err(PprofError::TooMany {
+                what: "labels across its sample types",
+                count: 12_800,
+                ..
+            })
+        ));
+    }
+
+    /// Many distinct keys naming one long value: each is a new attribute, so each copy is
+    /// charged, and the budget refuses before memory grows by keys times the value.
+    #[test]
+    fn many_keys_naming_one_long_value_hit_the_copy_budget() {
+        let long = "v".repeat(1 << 20);
+        let keys: Vec<String> = (0..100).map(|k| format!("k{k}")).collect();
+        let mut table = strings(&[&long]);
+        table.extend(keys.iter().cloned());
+        let p = pp::Profile {
+            sample_type: vec![pp::ValueType::default()],
+            sample: (0..100)
+                .map(|k| pp::Sample {
+                    value: vec![1],
+                    label: vec![pp::Label {
+                        key: 2 + k,
+                        str: 1,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                })
+                .collect(),
+            string_table: table,
+            ..Default::default()
+        };
+        assert!(matches!(
+            translate(&p),
+            Err(PprofError::CopiesTooLarge { .. })
+        ));
+    }
 }

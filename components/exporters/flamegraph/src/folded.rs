@@ -142,7 +142,8 @@ impl Accumulator {
                         continue;
                     }
                     // Past the cap, stacks not seen yet are not even folded.
-                    let held = line_bytes.saturating_add(lines_bytes);
+                    // Lines cached for this batch are mostly the graphs' own lines too.
+                    let held = line_bytes.max(lines_bytes);
                     if !lines.contains_key(&s.stack_index) && held < MAX_INTERVAL_LINE_BYTES {
                         let line = fold(d, s.stack_index, &mut frames);
                         lines_bytes += line.len();

@@ -289,6 +289,7 @@ impl PprofExporter {
                 pusher,
                 options: ToPprofOptions {
                     resource_attributes_as_labels: config.resource_labels,
+                    ..ToPprofOptions::default()
                 },
                 interval: config.interval,
                 retention: Retention {

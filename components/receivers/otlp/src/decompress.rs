@@ -1,41 +1,54 @@
 //! Decompression both protocols share, capped so that a small compressed body cannot
 //! claim unbounded memory.
 
-use std::io::Read;
+use profcol_core::decode_budget::DecodePermit;
+use profcol_core::pdata::codec::{ReserveError, read_reserving};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum Error {
+    #[error("the receiver is decoding as much as its memory budget allows; retry later")]
+    Busy,
     #[error("the message is too large: decompressed, it exceeds the limit of {limit} bytes")]
     TooLarge { limit: usize },
     #[error("{0}")]
     Corrupt(String),
 }
 
-/// Undoes zstd, producing at most `limit` bytes.
-pub(crate) fn unzstd(body: &[u8], limit: usize) -> Result<Vec<u8>, Error> {
+/// Undoes zstd, producing at most `limit` bytes and growing `permit` to cover the body
+/// and its output as it grows, so that a bomb stops when the budget is spent.
+pub(crate) fn unzstd(
+    body: &[u8],
+    limit: usize,
+    permit: &mut DecodePermit,
+) -> Result<Vec<u8>, Error> {
     let corrupt = |e: std::io::Error| Error::Corrupt(format!("zstd data is corrupt: {e}"));
-    let decoder = zstd::stream::read::Decoder::new(body).map_err(corrupt)?;
-    read_capped(decoder, limit, corrupt)
+    let mut decoder = zstd::stream::read::Decoder::new(body).map_err(corrupt)?;
+    read_capped(&mut decoder, body.len(), limit, permit, corrupt)
 }
 
-/// Undoes gzip, producing at most `limit` bytes.
-pub(crate) fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, Error> {
+/// Undoes gzip, as [`unzstd`].
+pub(crate) fn gunzip(
+    body: &[u8],
+    limit: usize,
+    permit: &mut DecodePermit,
+) -> Result<Vec<u8>, Error> {
     let corrupt = |e: std::io::Error| Error::Corrupt(format!("gzip data is corrupt: {e}"));
-    read_capped(flate2::read::MultiGzDecoder::new(body), limit, corrupt)
+    let mut decoder = flate2::read::MultiGzDecoder::new(body);
+    read_capped(&mut decoder, body.len(), limit, permit, corrupt)
 }
 
 fn read_capped(
-    reader: impl Read,
+    reader: &mut impl std::io::Read,
+    body_len: usize,
     limit: usize,
+    permit: &mut DecodePermit,
     corrupt: impl Fn(std::io::Error) -> Error,
 ) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::new();
-    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-    reader.take(cap).read_to_end(&mut out).map_err(corrupt)?;
-    if out.len() > limit {
-        return Err(Error::TooLarge { limit });
-    }
-    Ok(out)
+    read_reserving(reader, limit, permit, body_len).map_err(|e| match e {
+        ReserveError::Read(e) => corrupt(e),
+        ReserveError::TooLarge => Error::TooLarge { limit },
+        ReserveError::Busy => Error::Busy,
+    })
 }
 
 #[cfg(test)]
@@ -44,26 +57,50 @@ mod tests {
 
     #[test]
     fn bombs_stop_at_the_limit() {
+        let budget = profcol_core::decode_budget::DecodeBudget::new(4096);
+        let permit = &mut budget.permit();
         let zeros = vec![0u8; 4 << 20];
         let packed = zstd::encode_all(zeros.as_slice(), 3).expect("compress");
         assert_eq!(
-            unzstd(&packed, 1 << 20),
+            unzstd(&packed, 1 << 20, permit),
             Err(Error::TooLarge { limit: 1 << 20 })
         );
-        assert_eq!(unzstd(&packed, 4 << 20).expect("fits").len(), 4 << 20);
+        assert_eq!(
+            unzstd(&packed, 4 << 20, permit).expect("fits").len(),
+            4 << 20
+        );
         assert!(matches!(
-            unzstd(b"not zstd", 1 << 20),
+            unzstd(b"not zstd", 1 << 20, permit),
             Err(Error::Corrupt(_))
         ));
         let packed = profcol_core::pdata::codec::gzip_fast(&zeros);
         assert_eq!(
-            gunzip(&packed, 1 << 20),
+            gunzip(&packed, 1 << 20, permit),
             Err(Error::TooLarge { limit: 1 << 20 })
         );
-        assert_eq!(gunzip(&packed, 4 << 20).expect("fits").len(), 4 << 20);
+        assert_eq!(
+            gunzip(&packed, 4 << 20, permit).expect("fits").len(),
+            4 << 20
+        );
         assert!(matches!(
-            gunzip(b"not gzip", 1 << 20),
+            gunzip(b"not gzip", 1 << 20, permit),
             Err(Error::Corrupt(_))
         ));
+    }
+
+    /// A small body that inflates past the budget is refused as it grows, before it has
+    /// expanded to the size limit.
+    #[test]
+    fn a_bomb_is_refused_once_the_budget_is_spent() {
+        let budget = profcol_core::decode_budget::DecodeBudget::new(16);
+        let other = budget
+            .reserve(1 << 10)
+            .expect("another request holds 128 KiB");
+        let zeros = vec![0u8; 32 << 20];
+        let packed = zstd::encode_all(zeros.as_slice(), 3).expect("compress");
+        let mut permit = budget.reserve(packed.len()).expect("the body fits");
+        assert_eq!(unzstd(&packed, 64 << 20, &mut permit), Err(Error::Busy));
+        drop((other, permit));
+        assert_eq!(budget.in_use_kib(), 0);
     }
 }

@@ -131,19 +131,29 @@ impl GrpcEndpoint {
             }
             _ => None,
         };
-        if frame.is_none() || !matches!(encoding.as_str(), "gzip" | "zstd") {
+        if !matches!(encoding.as_str(), "gzip" | "zstd") {
+            return Ok((bytes, permit));
+        }
+        if frame.is_none() {
+            // Several frames, or one that does not add up: tonic decompresses them, so
+            // reserve what the largest message may take before handing them on.
+            permit.cover(self.max_message_size).map_err(refused)?;
             return Ok((bytes, permit));
         }
         let max = self.max_message_size;
         let compressed = bytes.slice(FRAME_HEADER..);
-        let plain = tokio::task::spawn_blocking(move || match encoding.as_str() {
-            "gzip" => crate::decompress::gunzip(&compressed, max),
-            _ => crate::decompress::unzstd(&compressed, max),
+        let (plain, mut permit) = tokio::task::spawn_blocking(move || {
+            let plain = match encoding.as_str() {
+                "gzip" => crate::decompress::gunzip(&compressed, max, &mut permit),
+                _ => crate::decompress::unzstd(&compressed, max, &mut permit),
+            };
+            (plain, permit)
         })
         .await
-        .map_err(|e| Status::internal(format!("decompression task failed: {e}")))?
-        .map_err(|e| match e {
+        .map_err(|e| Status::internal(format!("decompression task failed: {e}")))?;
+        let plain = plain.map_err(|e| match e {
             crate::decompress::Error::TooLarge { .. } => Status::resource_exhausted(e.to_string()),
+            crate::decompress::Error::Busy => refused(Refused::Busy),
             crate::decompress::Error::Corrupt(m) => Status::internal(m),
         })?;
         permit.cover(plain.len()).map_err(refused)?;

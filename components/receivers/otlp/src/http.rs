@@ -13,7 +13,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use profcol_core::component::Refused;
 use profcol_core::pdata::ProfileBatch;
-use profcol_core::pdata::codec::{DecodeError, is_gzip, maybe_gunzip};
+use profcol_core::pdata::codec::{DecodeError, is_gzip};
 use profcol_core::pdata::otlp_json::{read_profiles_json, write_export_response_json};
 use profcol_core::pdata::types::ExportProfilesServiceResponse;
 use prost::Message;
@@ -182,11 +182,13 @@ impl Inner {
         let coding = content_coding(&parts.headers)?;
         let limit = self.max_body_size;
         let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
-        let body = read_body(&parts.headers, body, limit).await?;
+        // Before the body is read: the limiter, and a reservation for the declared length.
         let mut permit = self
             .intake
-            .reserve(body.len())
+            .reserve(declared_length(&parts.headers).min(limit))
             .map_err(HttpError::Refused)?;
+        let body = read_body(&parts.headers, body, limit).await?;
+        permit.cover(body.len()).map_err(HttpError::Refused)?;
         let (batch, permit) = tokio::task::spawn_blocking(move || {
             let batch = decode(&body, coding, encoding, limit, &mut permit);
             (batch, permit)
@@ -200,6 +202,15 @@ impl Inner {
         delivered.map_err(HttpError::Refused)?;
         Ok(encoding)
     }
+}
+
+/// The `Content-Length` a request declares (0 when absent or unreadable).
+pub(crate) fn declared_length(headers: &HeaderMap) -> usize {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0)
 }
 
 fn content_type(headers: &HeaderMap) -> Result<Encoding, String> {
@@ -239,6 +250,11 @@ fn decode(
     limit: usize,
     permit: &mut DecodePermit,
 ) -> Result<ProfileBatch, HttpError> {
+    let decompressed = |e| match e {
+        crate::decompress::Error::TooLarge { limit } => HttpError::TooLarge { limit },
+        crate::decompress::Error::Busy => HttpError::Refused(Refused::Busy),
+        other => HttpError::Invalid(other.to_string()),
+    };
     let plain: Cow<'_, [u8]> = match coding {
         Coding::Identity => Cow::Borrowed(body),
         Coding::Gzip => {
@@ -247,15 +263,9 @@ fn decode(
                     "Content-Encoding is gzip but the body is not gzip data".into(),
                 ));
             }
-            maybe_gunzip(body, limit).map_err(|e| match e {
-                DecodeError::TooLarge { limit } => HttpError::TooLarge { limit },
-                other => HttpError::Invalid(other.to_string()),
-            })?
+            Cow::Owned(crate::decompress::gunzip(body, limit, permit).map_err(decompressed)?)
         }
-        Coding::Zstd => Cow::Owned(unzstd(body, limit).map_err(|e| match e {
-            crate::decompress::Error::TooLarge { limit } => HttpError::TooLarge { limit },
-            other => HttpError::Invalid(other.to_string()),
-        })?),
+        Coding::Zstd => Cow::Owned(unzstd(body, limit, permit).map_err(decompressed)?),
     };
     permit.cover(plain.len()).map_err(HttpError::Refused)?;
     let invalid = |e: DecodeError| HttpError::Invalid(e.to_string());

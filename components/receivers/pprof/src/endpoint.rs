@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use profcol_core::component::Refused;
 use profcol_core::decode_budget::{DecodeBudget, DecodePermit};
 use profcol_core::pdata::ProfileBatch;
-use profcol_core::pdata::codec::{DecodeError, is_gzip, maybe_gunzip};
+use profcol_core::pdata::codec::{DecodeError, is_gzip, maybe_gunzip_reserving};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::pdata::semconv;
 use profcol_core::server::{BODY_READ_TIMEOUT, BodyError, read_body, respond};
@@ -94,6 +94,7 @@ impl RequestError {
     pub(crate) fn from_decode(e: DecodeError, limit: usize) -> Self {
         match e {
             DecodeError::TooLarge { .. } => RequestError::TooLarge { limit },
+            DecodeError::Busy => RequestError::Refused(Refused::Busy),
             DecodeError::Protobuf(e) => RequestError::Invalid(format!(
                 "invalid pprof profile: not a valid protobuf message: {e}"
             )),
@@ -205,14 +206,16 @@ impl Inner {
             }
         }
         let limit = self.limit;
-        let body = read_body(&parts.headers, body, limit).await?;
-        // Before anything is decoded: the memory limiter, then a reservation for what the
-        // body may grow into, grown as its decompressed parts become known.
+        // Before the body is read: the memory limiter, then a reservation for its declared
+        // length, grown to what it holds and then to what its parts decompress to.
         self.intake.admit().map_err(RequestError::Refused)?;
+        let declared = headers_length(&parts.headers).min(limit);
         let mut permit = self
             .budget
-            .reserve(body.len())
+            .reserve(declared)
             .map_err(RequestError::Refused)?;
+        let body = read_body(&parts.headers, body, limit).await?;
+        permit.cover(body.len()).map_err(RequestError::Refused)?;
         let (batch, permit) = tokio::task::spawn_blocking(move || {
             let batch = decode_request(route, &parts, &body, gzipped, limit, &mut permit);
             (batch, permit)
@@ -237,7 +240,7 @@ fn decode_request(
     limit: usize,
     permit: &mut DecodePermit,
 ) -> Result<Option<ProfileBatch>, RequestError> {
-    let plain = decompress(body, gzipped, limit)?;
+    let plain = decompress(body, gzipped, limit, permit)?;
     permit.cover(plain.len()).map_err(RequestError::Refused)?;
     match route {
         Route::Pprof => pprof(&parts.uri, &parts.headers, &plain, limit, permit).map(Some),
@@ -303,11 +306,12 @@ fn content_coding(headers: &HeaderMap) -> Result<bool, RequestError> {
 }
 
 /// Undoes `Content-Encoding: gzip`, within `limit`.
-pub(crate) fn decompress(
-    body: &[u8],
+pub(crate) fn decompress<'a>(
+    body: &'a [u8],
     gzipped: bool,
     limit: usize,
-) -> Result<Cow<'_, [u8]>, RequestError> {
+    permit: &mut DecodePermit,
+) -> Result<Cow<'a, [u8]>, RequestError> {
     if !gzipped {
         return Ok(Cow::Borrowed(body));
     }
@@ -316,7 +320,17 @@ pub(crate) fn decompress(
             "Content-Encoding is gzip but the body is not gzip data".into(),
         ));
     }
-    maybe_gunzip(body, limit).map_err(|e| RequestError::from_decode(e, limit))
+    maybe_gunzip_reserving(body, limit, permit, body.len())
+        .map_err(|e| RequestError::from_decode(e, limit))
+}
+
+/// The `Content-Length` a request declares (0 when absent or unreadable).
+fn headers_length(headers: &HeaderMap) -> usize {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0)
 }
 
 /// Plain text for `/v1/pprof` and `/ingest` (and unknown paths); a Connect error
@@ -385,6 +399,7 @@ mod tests {
 
     #[test]
     fn codings() {
+        let budget = profcol_core::decode_budget::DecodeBudget::new(64);
         assert_eq!(content_coding(&HeaderMap::new()).ok(), Some(false));
         assert_eq!(
             content_coding(&headers(&[("content-encoding", "GZIP")])).ok(),
@@ -395,15 +410,20 @@ mod tests {
             Err(RequestError::UnsupportedEncoding(e)) if e == "br"
         ));
         assert!(matches!(
-            decompress(b"plain", true, 100),
+            decompress(b"plain", true, 100, &mut budget.permit()),
             Err(RequestError::Invalid(_))
         ));
         let packed = profcol_core::pdata::codec::gzip_fast(&[7u8; 1000]);
         assert!(matches!(
-            decompress(&packed, true, 100),
+            decompress(&packed, true, 100, &mut budget.permit()),
             Err(RequestError::TooLarge { limit: 100 })
         ));
-        assert_eq!(decompress(&packed, true, 1000).expect("fits").len(), 1000);
+        assert_eq!(
+            decompress(&packed, true, 1000, &mut budget.permit())
+                .expect("fits")
+                .len(),
+            1000
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use http::HeaderMap;
 use http::header::CONTENT_TYPE;
-use profcol_core::pdata::codec::maybe_gunzip;
+use profcol_core::pdata::codec::maybe_gunzip_reserving;
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_into, pprof_to_batch};
 use profcol_core::pdata::semconv;
 use profcol_core::pdata::types::{
@@ -343,12 +343,14 @@ pub(crate) fn push(
                 }
                 other => other,
             };
-            let plain = maybe_gunzip(&sample.raw_profile, limit.saturating_sub(used))
-                .map_err(|e| at(RequestError::from_decode(e, limit)))?;
+            let plain = maybe_gunzip_reserving(
+                &sample.raw_profile,
+                limit.saturating_sub(used),
+                permit,
+                body.len().saturating_add(used),
+            )
+            .map_err(|e| at(RequestError::from_decode(e, limit)))?;
             used = used.saturating_add(plain.len());
-            permit
-                .cover(body.len().saturating_add(used))
-                .map_err(RequestError::Refused)?;
             let profile = pp::Profile::decode(&*plain).map_err(|e| {
                 at(RequestError::Invalid(format!(
                     "invalid pprof profile: not a valid protobuf message: {e}"
@@ -388,7 +390,8 @@ pub(crate) fn decode(
     limit: usize,
     permit: &mut DecodePermit,
 ) -> Result<pp::Profile, RequestError> {
-    let plain = maybe_gunzip(bytes, limit).map_err(|e| RequestError::from_decode(e, limit))?;
+    let plain = maybe_gunzip_reserving(bytes, limit, permit, bytes.len())
+        .map_err(|e| RequestError::from_decode(e, limit))?;
     permit
         .cover(bytes.len().saturating_add(plain.len()))
         .map_err(RequestError::Refused)?;

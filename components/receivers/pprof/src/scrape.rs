@@ -323,14 +323,14 @@ fn translate(
     attributes: Vec<KeyValue>,
     previous: Option<&delta::Snapshot>,
 ) -> Result<Translated, ScrapeError> {
-    let plain = crate::endpoint::decompress(body, gzipped, MAX_PROFILE_BYTES)
-        .map_err(|e| ScrapeError::Invalid(e.to_string()))?;
     // Scrapes are paced by the interval, one at a time per target and bounded by
     // MAX_PROFILE_BYTES, so they reserve from a budget of their own.
     let mut permit = profcol_core::decode_budget::DecodeBudget::new(
         profcol_core::decode_budget::DEFAULT_DECODE_MEMORY_MIB,
     )
     .permit();
+    let plain = crate::endpoint::decompress(body, gzipped, MAX_PROFILE_BYTES, &mut permit)
+        .map_err(|e| ScrapeError::Invalid(e.to_string()))?;
     let profile =
         crate::pyroscope::decode(&plain, MAX_PROFILE_BYTES, &mut permit).map_err(|e| match e {
             crate::endpoint::RequestError::TooLarge { .. } => ScrapeError::TooLarge,

@@ -198,6 +198,7 @@ fn short_lived_processes_are_attributed_to_their_executable() {
             })
         })
         .count();
+    println!("{attributed} of 200 short processes attributed (took {took:?})");
     assert!(
         attributed >= 160,
         "{attributed} of 200 short processes attributed (took {took:?})"

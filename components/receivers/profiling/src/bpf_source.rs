@@ -67,7 +67,9 @@ impl SampleSource for BpfSource {
                         kernel_truncated: s.kernel_truncated,
                         user_truncated: s.user_truncated,
                     }),
-                    Event::Exec { pid, .. } => SourceEvent::Process(ProcessEvent::Exec { pid }),
+                    Event::Exec { pid, filename } => {
+                        SourceEvent::Process(ProcessEvent::Exec { pid, filename })
+                    }
                     Event::Fork {
                         parent_pid,
                         child_pid,

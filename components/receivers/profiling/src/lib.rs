@@ -11,6 +11,8 @@
 //! [`Engine::flush`] every `reporter_interval`. It is `Send`, so it can move to the
 //! thread that polls the sampler.
 
+#[cfg(test)]
+mod attacker_tests;
 pub mod bpf_source;
 pub mod config;
 pub mod elf;
@@ -20,8 +22,6 @@ pub mod process;
 pub mod receiver;
 pub mod safe_file;
 pub mod symbolize;
-#[cfg(test)]
-mod attacker_tests;
 #[cfg(test)]
 mod testutil;
 // Unwind tables for the BPF stack walker of issue #11, which is their consumer (next step).
@@ -70,11 +70,21 @@ pub struct RawSample {
 }
 
 /// A process lifecycle event from the sampler (pids are thread-group ids).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcessEvent {
-    Exec { pid: u32 },
-    Fork { parent_pid: u32, child_pid: u32 },
-    Exit { pid: u32 },
+    /// `filename` is the path given to execve: what names the process when it is gone
+    /// before its `/proc` entry could be read.
+    Exec {
+        pid: u32,
+        filename: String,
+    },
+    Fork {
+        parent_pid: u32,
+        child_pid: u32,
+    },
+    Exit {
+        pid: u32,
+    },
 }
 
 /// Wall-clock time, replaceable in tests.

@@ -374,10 +374,9 @@ impl Mapping {
         if self.kind != MappingKind::File {
             return Vec::new();
         }
-        let mut out = vec![FileLocation::MapFiles(procfs.pid_path(
-            pid,
-            &format!("map_files/{:x}-{:x}", self.start, self.end),
-        ))];
+        let mut out = vec![FileLocation::MapFiles(
+            procfs.pid_path(pid, &format!("map_files/{:x}-{:x}", self.start, self.end)),
+        )];
         let relative = self.path.trim_start_matches('/');
         if !self.deleted && !relative.is_empty() {
             out.push(FileLocation::InRoot {
@@ -597,8 +596,23 @@ impl ProcessTable {
 
     pub fn on_event(&mut self, event: &ProcessEvent, now: u64) {
         match *event {
-            ProcessEvent::Exec { pid } => {
+            ProcessEvent::Exec { pid, ref filename } => {
                 self.load(pid, now);
+                // A short-lived process may be gone before its /proc entry is read: the
+                // path it was exec'd with still names it.
+                if let Some(p) = self.processes.get_mut(&pid).filter(|p| !p.loaded)
+                    && !filename.is_empty()
+                {
+                    p.exe_path = Some(filename.clone());
+                    p.comm = filename
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(15)
+                        .collect();
+                    p.allowed = self.filter.allows(p);
+                }
             }
             ProcessEvent::Fork {
                 parent_pid,
@@ -1094,12 +1108,24 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
             counters: counters.clone(),
         };
         let exe_inode = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&exe).expect("meta"));
-        for (i, (name, inode)) in [("link", 0), ("fifo", 0), ("huge", 0), ("real", exe_inode + 1)]
-            .into_iter()
-            .enumerate()
+        for (i, (name, inode)) in [
+            ("link", 0),
+            ("fifo", 0),
+            ("huge", 0),
+            ("real", exe_inode + 1),
+        ]
+        .into_iter()
+        .enumerate()
         {
-            let path = if name == "real" { exe.clone() } else { d.join(name) };
-            let key = FileKey::Inode { dev: 9, inode: i as u64 };
+            let path = if name == "real" {
+                exe.clone()
+            } else {
+                d.join(name)
+            };
+            let key = FileKey::Inode {
+                dev: 9,
+                inode: i as u64,
+            };
             let mapped = (inode != 0).then_some(Identity { dev: None, inode });
             let f = cache.get_or_read(key.clone(), &[FileLocation::Host(path)], mapped);
             assert!(f.rejected.is_some(), "{name} refused");
@@ -1189,7 +1215,13 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
 
         // Exec re-reads /proc: the child now has other maps.
         fake_proc(root, 11, &exe, "0::/\n", "", 6);
-        table.on_event(&ProcessEvent::Exec { pid: 11 }, 3 * s);
+        table.on_event(
+            &ProcessEvent::Exec {
+                pid: 11,
+                filename: "/usr/bin/app".into(),
+            },
+            3 * s,
+        );
         let child = table.get(11).expect("exec'd");
         assert!(child.mappings.is_empty());
         assert_eq!(child.container_id, None);
@@ -1204,6 +1236,17 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         fake_proc(root, 11, &exe, "0::/\n", "", 99);
         table.expire(6 * s);
         assert_eq!(table.get(11).and_then(|p| p.exited_at), Some(6 * s));
+        // A process gone before its /proc entry was read is named by its exec path.
+        table.on_event(
+            &ProcessEvent::Exec {
+                pid: 12,
+                filename: "/tmp/build/shortburn".into(),
+            },
+            7 * s,
+        );
+        let gone = table.get(12).expect("remembered");
+        assert!(!gone.loaded);
+        assert_eq!(gone.executable_name(), Some("shortburn"));
     }
 
     #[test]

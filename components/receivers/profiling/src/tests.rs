@@ -352,7 +352,10 @@ fn stripped_go_program_is_symbolized_end_to_end() {
     };
     let running = program.start();
     let mut engine = Engine::new(Config::default(), env(clock_at(S)));
-    engine.on_process_event(ProcessEvent::Exec { pid: running.pid() });
+    engine.on_process_event(ProcessEvent::Exec {
+        pid: running.pid(),
+        filename: String::new(),
+    });
     engine.on_sample(sample(running.pid(), S, vec![running.marker_pc + 4]));
     let batch = engine.flush().expect("batch");
     let d = batch.dictionary();

@@ -42,7 +42,6 @@ pub fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,7 +62,10 @@ mod tests {
             Some("b".into())
         );
         assert_eq!(parse_resource_attributes_service_name("team=x"), None);
-        assert_eq!(parse_resource_attributes_service_name("service.name="), None);
+        assert_eq!(
+            parse_resource_attributes_service_name("service.name="),
+            None
+        );
         assert_eq!(parse_resource_attributes_service_name(""), None);
     }
 

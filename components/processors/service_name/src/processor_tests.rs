@@ -116,7 +116,10 @@ async fn recorded_otel_service_name_comes_first() {
     assert_eq!(name_of(&mut p, attrs).await, "checkout");
     let attrs = vec![
         kv("k8s.pod.name", "p"),
-        kv(RECORDED_RESOURCE_ATTRIBUTES, "service.name=cart%20api,team=x"),
+        kv(
+            RECORDED_RESOURCE_ATTRIBUTES,
+            "service.name=cart%20api,team=x",
+        ),
     ];
     assert_eq!(name_of(&mut p, attrs).await, "cart api");
 }
@@ -131,7 +134,10 @@ async fn a_pid_alone_never_reads_a_local_process_environment() {
         .map(|h| h.trim().to_owned())
         .unwrap_or_default();
     let mut p = plain();
-    for pid in [pid_kv(child.pid()), kv("process.pid", &child.pid().to_string())] {
+    for pid in [
+        pid_kv(child.pid()),
+        kv("process.pid", &child.pid().to_string()),
+    ] {
         let attrs = vec![
             pid,
             kv("host.name", &own_host),

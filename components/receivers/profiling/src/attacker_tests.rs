@@ -245,7 +245,10 @@ fn a_local_attacker_neither_stops_nor_misleads_the_profiler() {
     // The swap: a FIFO, a link to the root-only file, another file with the secret's
     // bytes. The mapped inodes live on under other names.
     fs::rename(&files[2], d.join("swap.keep")).expect("rename");
-    let status = Command::new("mkfifo").arg(&files[2]).status().expect("mkfifo");
+    let status = Command::new("mkfifo")
+        .arg(&files[2])
+        .status()
+        .expect("mkfifo");
     assert!(status.success());
     fs::rename(&files[3], d.join("link.keep")).expect("rename");
     symlink(secret.join("tool"), &files[3]).expect("symlink");
@@ -318,13 +321,13 @@ fn a_local_attacker_neither_stops_nor_misleads_the_profiler() {
     assert_eq!(profcol_core::host_executables::paths(&secret_id), None);
     let recorded = profcol_core::host_executables::paths(&true_id).expect("recorded");
     let started = Instant::now();
-    let fifo_path = PathBuf::from(format!("/proc/{pid}/root")).join(
-        files[2]
-            .strip_prefix("/")
-            .expect("absolute"),
-    );
+    let fifo_path = PathBuf::from(format!("/proc/{pid}/root"))
+        .join(files[2].strip_prefix("/").expect("absolute"));
     assert!(profcol_core::host_executables::open(&fifo_path).is_err());
-    assert!(started.elapsed() < Duration::from_secs(5), "the FIFO was not opened");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the FIFO was not opened"
+    );
     let opened = recorded
         .iter()
         .filter(|p| p.to_string_lossy().contains(&format!("/{pid}/map_files/")))

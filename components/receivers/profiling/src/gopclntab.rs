@@ -253,7 +253,9 @@ impl GoTable {
             }
         }
         let func = self.func_off(lo)?;
-        let entry = self.text_start.checked_add(u64::from(self.field(func, 0)?))?;
+        let entry = self
+            .text_start
+            .checked_add(u64::from(self.field(func, 0)?))?;
         let function = self.name(func)?.to_owned();
         let line = self
             .pc_value(self.field(func, 6)?, entry, pc)
@@ -481,8 +483,15 @@ pub(crate) mod tests {
             long[at..at + 8].copy_from_slice(&(v + shift as u64).to_le_bytes());
         }
         let parsed = GoTable::parse(long, 0).expect("parses");
-        assert_eq!(parsed.lookup(0x401000).map(|f| f.function), Some("main.alpha".into()));
-        assert_eq!(parsed.lookup(0x401040), None, "an endless name is not a name");
+        assert_eq!(
+            parsed.lookup(0x401000).map(|f| f.function),
+            Some("main.alpha".into())
+        );
+        assert_eq!(
+            parsed.lookup(0x401040),
+            None,
+            "an endless name is not a name"
+        );
         // A pc-value table of only (0, 0) steps after the first never ends by itself.
         let mut endless = vec![0u8];
         endless.extend([2, 0]);
@@ -506,7 +515,11 @@ pub(crate) mod tests {
         let mut short = vec![0u8, 2, 0, 2, 0, 2, 100];
         short.push(0);
         let g = GoTable { data: short, ..g };
-        assert_eq!(g.pc_value(1, 0, 10), Some(2), "a short table still resolves");
+        assert_eq!(
+            g.pc_value(1, 0, 10),
+            Some(2),
+            "a short table still resolves"
+        );
     }
 
     #[test]

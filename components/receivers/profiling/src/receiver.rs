@@ -27,8 +27,7 @@ pub const FRAMES_UNSYMBOLIZED_METRIC: &str = "otelcol_receiver_profiling_frames_
 pub const PROCESSES_METRIC: &str = "otelcol_receiver_profiling_processes";
 pub const SAMPLES_LOST_METRIC: &str = "otelcol_receiver_profiling_samples_lost_total";
 pub const FILES_REJECTED_METRIC: &str = "otelcol_receiver_profiling_files_rejected_total";
-pub const SYMBOLIZER_RESTARTS_METRIC: &str =
-    "otelcol_receiver_profiling_symbolizer_restarts_total";
+pub const SYMBOLIZER_RESTARTS_METRIC: &str = "otelcol_receiver_profiling_symbolizer_restarts_total";
 
 /// What a sampler reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -430,9 +429,14 @@ mod tests {
             .expect("joins");
         assert!(result.is_ok(), "{result:?}");
         let labels = [("receiver", "profiling")];
-        assert_eq!(telemetry.counter(FILES_REJECTED_METRIC, "", &labels).get(), 1);
         assert_eq!(
-            telemetry.counter(SYMBOLIZER_RESTARTS_METRIC, "", &labels).get(),
+            telemetry.counter(FILES_REJECTED_METRIC, "", &labels).get(),
+            1
+        );
+        assert_eq!(
+            telemetry
+                .counter(SYMBOLIZER_RESTARTS_METRIC, "", &labels)
+                .get(),
             0
         );
         drop(attacker);

@@ -65,7 +65,9 @@ impl FileLocation {
         );
         if proc_prefix
             && let Some(Component::Normal(pid)) = parts.next()
-            && pid.to_str().is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
+            && pid
+                .to_str()
+                .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
             && let Some(Component::Normal(kind)) = parts.next()
         {
             let rest = parts.as_path();
@@ -122,9 +124,7 @@ fn check_regular(stat: &Stat) -> Result<(), OpenError> {
         FileType::RegularFile => Ok(()),
         FileType::Symlink => Err(OpenError::Symlink),
         FileType::Fifo => Err(OpenError::NotRegular("a FIFO")),
-        FileType::CharacterDevice | FileType::BlockDevice => {
-            Err(OpenError::NotRegular("a device"))
-        }
+        FileType::CharacterDevice | FileType::BlockDevice => Err(OpenError::NotRegular("a device")),
         FileType::Socket => Err(OpenError::NotRegular("a socket")),
         FileType::Directory => Err(OpenError::NotRegular("a directory")),
         FileType::Unknown => Err(OpenError::NotRegular("an unknown file type")),
@@ -180,11 +180,8 @@ impl VerifiedFile {
     /// `/proc/<pid>/maps` names, or the one first read), when given with an inode not 0.
     pub fn open(location: &FileLocation, expected: Option<Identity>) -> Result<Self, OpenError> {
         let probe_flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let read_flags = OFlags::RDONLY
-            | OFlags::NOFOLLOW
-            | OFlags::NONBLOCK
-            | OFlags::CLOEXEC
-            | OFlags::NOCTTY;
+        let read_flags =
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
         let no_magic = ResolveFlags::NO_MAGICLINKS;
         let open_twice = |open: &dyn Fn(OFlags) -> rustix::io::Result<OwnedFd>| {
             let probe = open(probe_flags).map_err(from_errno)?;
@@ -438,13 +435,17 @@ mod tests {
         copy.read_exact_at(&mut buf, 0).expect("read");
         assert_eq!(&buf, b"0123456789");
         assert!(copy.set_len(2).is_err(), "sealed against shrinking");
-        assert!(copy.write_all_at(b"y", 0).is_err(), "sealed against writing");
+        assert!(
+            copy.write_all_at(b"y", 0).is_err(),
+            "sealed against writing"
+        );
         // Root-owned, not group/other-writable, on a local filesystem: only root can
         // change it. Owned by another user: they can.
-        let root_owned = VerifiedFile::open(&FileLocation::Host("/usr/bin/env".into()), None)
-            .expect("open");
+        let root_owned =
+            VerifiedFile::open(&FileLocation::Host("/usr/bin/env".into()), None).expect("open");
         assert!(!root_owned.others_may_change());
-        let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("proc"));
+        let euid =
+            std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("proc"));
         if euid == 0 {
             std::os::unix::fs::chown(&path, Some(65534), None).expect("chown");
         }
@@ -565,7 +566,12 @@ mod tests {
             FileLocation::from_recorded(Path::new("/proc/42/map_files/1000-2000")),
             FileLocation::MapFiles("/proc/42/map_files/1000-2000".into())
         );
-        for host in ["/usr/bin/x", "/proc/self/root/x", "/proc/42/map_files/a/b", "rel"] {
+        for host in [
+            "/usr/bin/x",
+            "/proc/self/root/x",
+            "/proc/42/map_files/a/b",
+            "rel",
+        ] {
             assert_eq!(
                 FileLocation::from_recorded(Path::new(host)),
                 FileLocation::Host(host.into()),

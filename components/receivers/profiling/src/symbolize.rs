@@ -947,7 +947,11 @@ mod tests {
             offsets,
         };
         let out = s.symbolize_files(vec![request(vec![m.file_offset(addr), PANIC_OFFSET])]);
-        assert_eq!(out, vec![vec![None, None]], "the panicking file gives nothing");
+        assert_eq!(
+            out,
+            vec![vec![None, None]],
+            "the panicking file gives nothing"
+        );
         assert_eq!(counters.symbolizer_restarts.load(Ordering::Relaxed), 1);
         assert_eq!(counters.files_rejected.load(Ordering::Relaxed), 1);
         // The file is not read again, and the symbolizer still works for others.
@@ -956,8 +960,11 @@ mod tests {
             vec![vec![None]]
         );
         let kallsyms = tempfile::NamedTempFile::new().expect("tmp");
-        fs::write(kallsyms.path(), "ffffffff81001000 T alpha\nffffffff81002000 T beta\n")
-            .expect("write");
+        fs::write(
+            kallsyms.path(),
+            "ffffffff81001000 T alpha\nffffffff81002000 T beta\n",
+        )
+        .expect("write");
         let s2 = Symbolizer::with_counters(
             SymbolizerOptions {
                 kallsyms: kallsyms.path().to_path_buf(),
@@ -967,15 +974,21 @@ mod tests {
         );
         let _ = s2.symbolize_files(vec![request(vec![PANIC_OFFSET])]);
         let k = s2.symbolize_kernel(vec![0xffffffff81001010]);
-        assert_eq!(k[0].as_ref().map(|f| f.lines[0].function.as_str()), Some("alpha"));
+        assert_eq!(
+            k[0].as_ref().map(|f| f.lines[0].function.as_str()),
+            Some("alpha")
+        );
         assert_eq!(counters.symbolizer_restarts.load(Ordering::Relaxed), 2);
     }
 
     #[test]
     fn a_symbolizer_thread_found_gone_is_started_again_and_counted() {
         let kallsyms = tempfile::NamedTempFile::new().expect("tmp");
-        fs::write(kallsyms.path(), "ffffffff81001000 T alpha\nffffffff81002000 T beta\n")
-            .expect("write");
+        fs::write(
+            kallsyms.path(),
+            "ffffffff81001000 T alpha\nffffffff81002000 T beta\n",
+        )
+        .expect("write");
         let counters = Arc::new(BadInputCounters::default());
         let options = SymbolizerOptions {
             kallsyms: kallsyms.path().to_path_buf(),
@@ -989,7 +1002,10 @@ mod tests {
             counters: counters.clone(),
         };
         let k = s.symbolize_kernel(vec![0xffffffff81002010]);
-        assert_eq!(k[0].as_ref().map(|f| f.lines[0].function.as_str()), Some("beta"));
+        assert_eq!(
+            k[0].as_ref().map(|f| f.lines[0].function.as_str()),
+            Some("beta")
+        );
         assert_eq!(counters.symbolizer_restarts.load(Ordering::Relaxed), 1);
         // Running again: no further restart.
         let _ = s.symbolize_kernel(vec![0xffffffff81001010]);
@@ -1005,7 +1021,11 @@ mod tests {
         let counters = Arc::new(BadInputCounters::default());
         let key = FileKey::Path(copy.display().to_string());
         let location = FileLocation::Host(copy.clone());
-        let file = Arc::new(ExecutableFile::read(key, std::slice::from_ref(&location), None));
+        let file = Arc::new(ExecutableFile::read(
+            key,
+            std::slice::from_ref(&location),
+            None,
+        ));
         assert!(file.is_elf && file.identity.is_some());
         let _ = profcol_symbolize_marker(1);
         let addr = profcol_symbolize_marker as *const () as usize as u64;
@@ -1064,7 +1084,10 @@ mod tests {
         };
         let s = Symbolizer::new(SymbolizerOptions::default());
         let first = s.symbolize_files(vec![request(m.file_offset(addr))]);
-        let name = |r: &Resolved| r.as_ref().and_then(|f| f.lines.last().map(|l| l.function.clone()));
+        let name = |r: &Resolved| {
+            r.as_ref()
+                .and_then(|f| f.lines.last().map(|l| l.function.clone()))
+        };
         if fs::metadata(&app).expect("meta").len() > MAX_COPY_BYTES {
             // Too large to copy: blazesym never sees it (no symbols, no mapping of it).
             assert_eq!(first, vec![vec![None]]);

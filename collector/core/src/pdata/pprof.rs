@@ -786,10 +786,11 @@ fn group_profiles<'a>(d: &ProfilesDictionary, profiles: &'a [Profile]) -> Vec<Ve
 pub fn pprof_groups(d: &ProfilesDictionary, profiles: &[Profile]) -> Vec<Vec<usize>> {
     let text = |i: i32| d.string_table.get(i as usize).map_or("", String::as_str);
     let vt = |v: Option<ValueType>| v.map(|v| (text(v.type_strindex), text(v.unit_strindex)));
-    type Shape<'s> = (Option<(&'s str, &'s str)>, i64, u64, u64, &'s [i32]);
+    type TypeName<'s> = Option<(&'s str, &'s str)>;
+    type Shape<'s> = (TypeName<'s>, i64, u64, u64, &'s [i32]);
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut by_shape: FastMap<Shape<'_>, Vec<usize>> = FastMap::new();
-    let mut holding_type: FastMap<(Shape<'_>, Option<(&str, &str)>), usize> = FastMap::new();
+    let mut holding_type: FastMap<(Shape<'_>, TypeName<'_>), usize> = FastMap::new();
     for (i, p) in profiles.iter().enumerate() {
         let shape: Shape<'_> = (
             vt(p.period_type),

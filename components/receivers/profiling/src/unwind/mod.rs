@@ -6,7 +6,7 @@
 //! - [`table`]: [`UnwindTable`], the sorted, merged rows of one file, and its lookup;
 //! - [`builder`]: [`build`], reading the CFI of a (hostile) ELF file within [`Limits`];
 //! - [`x86_64`]: the x86_64 registers and how a CFI row maps to a table row;
-//! - [`error`]: [`UnwindError`].
+//! - [`error`]: the errors, [`UnwindError`].
 
 pub mod builder;
 pub mod error;

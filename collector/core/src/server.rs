@@ -281,6 +281,19 @@ pub enum BodyError {
     Read(String),
 }
 
+/// The `Content-Length` a request declares, if it declares a readable one.
+pub fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// The declared length as a reservation size: 0 when none is declared, at most `limit`.
+pub fn declared_length_within(headers: &http::HeaderMap, limit: usize) -> usize {
+    declared_length(headers).map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX).min(limit))
+}
+
 /// Reads a request body of at most `limit` bytes: refused at once when its declared
 /// `Content-Length` is over, cut off when more arrives, given [`BODY_READ_TIMEOUT`].
 /// Takes the body by reference so that what a refused request still sends can be
@@ -291,10 +304,7 @@ pub async fn read_body(
     limit: usize,
 ) -> Result<bytes::Bytes, BodyError> {
     use http_body_util::{BodyExt, LengthLimitError, Limited};
-    let declared = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = declared_length(headers);
     if declared.is_some_and(|n| n > u64::try_from(limit).unwrap_or(u64::MAX)) {
         return Err(BodyError::TooLarge { limit });
     }

@@ -744,24 +744,9 @@ fn pprof_sample_bytes(d: &ProfilesDictionary, s: &Sample, resource_labels: usize
         .stack_table
         .get(s.stack_index as usize)
         .map_or(0, |st| st.location_indices.len());
-    let labels = s
-        .attribute_indices
-        .iter()
-        .map(|&a| {
-            match d
-                .attribute_table
-                .get(a as usize)
-                .and_then(|kv| kv.value.as_ref())
-                .and_then(|v| v.value.as_ref())
-            {
-                Some(Value::ArrayValue(arr)) => arr.values.len(),
-                _ => 1,
-            }
-        })
-        .fold(
-            resource_labels + 2 * usize::from(s.link_index != 0),
-            usize::saturating_add,
-        );
+    let labels = super::validate::label_count(&s.attribute_indices, &d.attribute_table)
+        .saturating_add(resource_labels)
+        .saturating_add(2 * usize::from(s.link_index != 0));
     let label_size = std::mem::size_of::<pp::Label>();
     std::mem::size_of::<pp::Sample>()
         .saturating_add(depth.saturating_mul(8))

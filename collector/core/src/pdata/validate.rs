@@ -117,8 +117,8 @@ fn check_attribute_list(
 }
 
 /// How many pprof labels a sample's attributes make: one per value, so an array counts
-/// each of its values. Indices are already checked.
-fn label_count(indices: &[i32], attributes: &[KeyValueAndUnit]) -> usize {
+/// each of its values (an empty one as one). Out-of-range indices count as one.
+pub(crate) fn label_count(indices: &[i32], attributes: &[KeyValueAndUnit]) -> usize {
     indices
         .iter()
         .map(|&i| {

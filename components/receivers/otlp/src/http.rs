@@ -185,7 +185,7 @@ impl Inner {
         // Before the body is read: the limiter, and a reservation for the declared length.
         let mut permit = self
             .intake
-            .reserve(declared_length(&parts.headers).min(limit))
+            .reserve(server::declared_length_within(&parts.headers, limit))
             .map_err(HttpError::Refused)?;
         let body = read_body(&parts.headers, body, limit).await?;
         permit.cover(body.len()).map_err(HttpError::Refused)?;
@@ -202,15 +202,6 @@ impl Inner {
         delivered.map_err(HttpError::Refused)?;
         Ok(encoding)
     }
-}
-
-/// The `Content-Length` a request declares (0 when absent or unreadable).
-pub(crate) fn declared_length(headers: &HeaderMap) -> usize {
-    headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(0)
 }
 
 fn content_type(headers: &HeaderMap) -> Result<Encoding, String> {

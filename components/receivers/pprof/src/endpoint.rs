@@ -209,7 +209,7 @@ impl Inner {
         // Before the body is read: the memory limiter, then a reservation for its declared
         // length, grown to what it holds and then to what its parts decompress to.
         self.intake.admit().map_err(RequestError::Refused)?;
-        let declared = headers_length(&parts.headers).min(limit);
+        let declared = profcol_core::server::declared_length_within(&parts.headers, limit);
         let mut permit = self
             .budget
             .reserve(declared)
@@ -322,15 +322,6 @@ pub(crate) fn decompress<'a>(
     }
     maybe_gunzip_reserving(body, limit, permit, body.len())
         .map_err(|e| RequestError::from_decode(e, limit))
-}
-
-/// The `Content-Length` a request declares (0 when absent or unreadable).
-fn headers_length(headers: &HeaderMap) -> usize {
-    headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(0)
 }
 
 /// Plain text for `/v1/pprof` and `/ingest` (and unknown paths); a Connect error

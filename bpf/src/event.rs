@@ -2,7 +2,7 @@
 //! (`struct sample_event`, `struct process_event`). Native endian, naturally
 //! aligned; this module is the only place that knows the offsets.
 
-use crate::{Event, Sample};
+use crate::{Event, Sample, UnwindEnd};
 
 /// Frames per stack the BPF program collects at most.
 pub(crate) const MAX_FRAMES: usize = 127;
@@ -14,6 +14,10 @@ pub(crate) const EVENT_EXIT: u32 = 4;
 
 pub(crate) const SAMPLE_KERNEL_TRUNCATED: u32 = 1 << 0;
 pub(crate) const SAMPLE_USER_TRUNCATED: u32 = 1 << 1;
+pub(crate) const SAMPLE_UNKNOWN_MAPPING: u32 = 1 << 2;
+pub(crate) const SAMPLE_MISSING_TABLE: u32 = 1 << 3;
+/// Bits 8-11 of the flags: `enum unwind_end`.
+pub(crate) const SAMPLE_END_SHIFT: u32 = 8;
 
 /// `offsetof(struct sample_event, frames)`.
 pub(crate) const SAMPLE_HEADER_LEN: usize = 56;
@@ -114,6 +118,9 @@ fn decode_sample(b: &[u8]) -> Result<Sample, DecodeError> {
         user_stack: (nk..nk + nu).map(frame).collect(),
         kernel_truncated: flags & SAMPLE_KERNEL_TRUNCATED != 0,
         user_truncated: flags & SAMPLE_USER_TRUNCATED != 0,
+        unwind_end: UnwindEnd::from_code((flags >> SAMPLE_END_SHIFT) & 0xf),
+        unknown_mapping: flags & SAMPLE_UNKNOWN_MAPPING != 0,
+        missing_table: flags & SAMPLE_MISSING_TABLE != 0,
     })
 }
 
@@ -164,6 +171,21 @@ mod tests {
         assert_eq!(s.user_stack, vec![0x40_1000]);
         assert!(!s.kernel_truncated);
         assert!(s.user_truncated);
+        assert_eq!(s.unwind_end, UnwindEnd::Outermost);
+        assert!(!s.unknown_mapping && !s.missing_table);
+    }
+
+    #[test]
+    fn decodes_why_the_walk_ended() {
+        let flags = SAMPLE_USER_TRUNCATED
+            | SAMPLE_UNKNOWN_MAPPING
+            | SAMPLE_MISSING_TABLE
+            | (3 << SAMPLE_END_SHIFT);
+        let Ok(Event::Sample(s)) = decode(&sample_bytes(&[], &[1, 2], flags)) else {
+            panic!("not a sample")
+        };
+        assert_eq!(s.unwind_end, UnwindEnd::ReadFault);
+        assert!(s.user_truncated && s.unknown_mapping && s.missing_table);
     }
 
     #[test]

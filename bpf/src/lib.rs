@@ -36,10 +36,15 @@ mod event;
 mod loader;
 mod perf;
 mod privileges;
+mod unwind;
 
 pub use clock::monotonic_to_unix_nanos_offset;
 pub use loader::Profiler;
 pub use privileges::check_privileges;
+pub use unwind::{
+    MAX_PROCESS_MAPPINGS, MAX_TABLE_ROWS, MAX_UNWIND_TABLES, PROCESS_MAPPINGS_BYTES,
+    UNWIND_ROW_SIZE, UnwindEnd, UnwindMapping, UnwindStats,
+};
 
 /// The most frames kept per stack; a stack that fills them is marked truncated.
 pub const MAX_FRAMES: usize = event::MAX_FRAMES;
@@ -129,13 +134,22 @@ pub struct Sample {
     pub time_ns: u64,
     /// Kernel return addresses, innermost first; empty when the CPU was in user mode.
     pub kernel_stack: Vec<u64>,
-    /// User return addresses (frame-pointer walk), innermost first; the first
-    /// is the instruction pointer.
+    /// User frames, innermost first: the instruction pointer, then return
+    /// addresses (after a signal frame, the interrupted instruction).
     pub user_stack: Vec<u64>,
     /// `kernel_stack` holds [`MAX_FRAMES`] frames: outer frames may be missing.
     pub kernel_truncated: bool,
-    /// `user_stack` holds [`MAX_FRAMES`] frames: outer frames may be missing.
+    /// The user walk did not reach the outermost frame ([`Sample::unwind_end`]
+    /// says why): outer frames are missing.
     pub user_truncated: bool,
+    /// Why the user walk ended.
+    pub unwind_end: UnwindEnd,
+    /// A frame was outside every mapping given with
+    /// [`Profiler::set_process_mappings`]: they are out of date (a library
+    /// loaded since).
+    pub unknown_mapping: bool,
+    /// A frame was in a mapping whose table slot no longer holds its table.
+    pub missing_table: bool,
 }
 
 /// Why the profiler could not start or run.

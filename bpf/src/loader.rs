@@ -339,6 +339,45 @@ impl Profiler {
         &self.cpus
     }
 
+    /// Loads an unwind table (encoded rows, [`crate::UNWIND_ROW_SIZE`] bytes
+    /// each) into `slot` (1..[`crate::MAX_UNWIND_TABLES`]) under `generation`
+    /// (not 0; mappings name it, so that a slot given to another file is not
+    /// mistaken for the old one).
+    pub fn load_unwind_table(
+        &self,
+        slot: u32,
+        generation: u32,
+        rows: &[u8],
+    ) -> Result<(), BpfError> {
+        crate::unwind::load_table(&self.object, slot, generation, rows)
+    }
+
+    /// Empties an unwind table slot.
+    pub fn unload_unwind_table(&self, slot: u32) -> Result<(), BpfError> {
+        crate::unwind::unload_table(&self.object, slot)
+    }
+
+    /// Gives the walker the executable mappings of process `pid` (sorted,
+    /// disjoint, at most [`crate::MAX_PROCESS_MAPPINGS`]). Until a process has
+    /// them, its samples carry the kernel's frame-pointer walk.
+    pub fn set_process_mappings(
+        &self,
+        pid: u32,
+        mappings: &[crate::UnwindMapping],
+    ) -> Result<(), BpfError> {
+        crate::unwind::set_process(&self.object, pid, mappings)
+    }
+
+    /// Forgets the mappings of process `pid`.
+    pub fn remove_process_mappings(&self, pid: u32) -> Result<(), BpfError> {
+        crate::unwind::remove_process(&self.object, pid)
+    }
+
+    /// Why user-stack walks ended, and how callers were found, since start.
+    pub fn unwind_stats(&self) -> crate::UnwindStats {
+        crate::unwind::stats(&self.object)
+    }
+
     fn lost(&self, slot: u32) -> u64 {
         let Ok(map) = find_map(&self.object, MAP_LOST) else {
             return 0;

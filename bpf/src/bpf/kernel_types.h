@@ -32,6 +32,8 @@ typedef __u8 u8;
 typedef __u16 u16;
 typedef __u32 u32;
 typedef __u64 u64;
+typedef __s8 s8;
+typedef __s32 s32;
 typedef __s64 s64;
 typedef int pid_t;
 typedef _Bool bool;
@@ -43,8 +45,13 @@ enum {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
+	BPF_MAP_TYPE_ARRAY_OF_MAPS = 12,
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
+
+/* include/uapi/linux/bpf.h: map_flags */
+#define BPF_F_NO_PREALLOC (1U << 0)
+#define BPF_F_INNER_MAP (1U << 12)
 
 /* include/uapi/linux/bpf.h: flags for BPF_FUNC_get_stack */
 #define BPF_F_USER_STACK (1ULL << 8)
@@ -61,11 +68,23 @@ struct signal_struct {
 	atomic_t live;
 } __attribute__((preserve_access_index));
 
+/* include/linux/mm_types.h: only tested for NULL (kernel threads have no mm) */
+struct mm_struct;
+
 /* include/linux/sched.h */
 struct task_struct {
 	pid_t pid;  /* thread id */
 	pid_t tgid; /* process id */
 	struct signal_struct *signal;
+	struct mm_struct *mm;
+} __attribute__((preserve_access_index));
+
+/* arch/x86/include/asm/ptrace.h: the registers saved on kernel entry; for a user
+ * task, bpf_task_pt_regs() gives those of user mode. */
+struct pt_regs {
+	unsigned long bp;
+	unsigned long sp;
+	unsigned long ip;
 } __attribute__((preserve_access_index));
 
 /* include/linux/binfmts.h */

@@ -51,7 +51,10 @@ enum event_kind {
 
 /* sample_event.flags */
 #define SAMPLE_KERNEL_TRUNCATED (1U << 0) /* MAX_FRAMES kernel frames filled */
-#define SAMPLE_USER_TRUNCATED (1U << 1)   /* MAX_FRAMES user frames filled */
+#define SAMPLE_USER_TRUNCATED (1U << 1)   /* the user walk did not reach the outermost frame */
+#define SAMPLE_UNKNOWN_MAPPING (1U << 2)  /* a pc outside every mapping user space gave */
+#define SAMPLE_MISSING_TABLE (1U << 3)    /* a mapping whose table is not loaded (any more) */
+#define SAMPLE_END_SHIFT 8                /* bits 8-11: enum unwind_end */
 
 struct sample_event {
 	u32 kind;          /*  0: EVENT_SAMPLE */
@@ -139,13 +142,449 @@ struct {
 	__type(value, u8);
 } exclude_cgroups SEC(".maps");
 
-/* One maximal sample per CPU to build the record in (too big for the stack). */
+/*
+ * User stacks.
+ *
+ * User space builds one unwind table per file (from .eh_frame/.debug_frame:
+ * sorted rows saying, from each address on, how to find the caller) and loads
+ * it into its own array map, held in a slot of `unwind_tables`. Per process it
+ * writes `process_mappings`: the executable mappings sorted by address, each
+ * with the slot of its file's table and the bias that turns a pc into a row
+ * address. Tables are shared by every process that maps the file.
+ *
+ * Per sample, starting from the user registers (bpf_task_pt_regs), each frame
+ * is: find the mapping of pc (binary search), find the row (binary search in
+ * the table), compute the CFA from sp or fp, read the return address and the
+ * saved fp, and move up. A frame with no table (JIT code, a file without
+ * .eh_frame, a table evicted or not loaded yet) takes one frame-pointer step.
+ * A process with no mappings yet (user space loads them at its first sample)
+ * gets the kernel's frame-pointer walk. Why a walk ended goes into the
+ * record's flags and the per-CPU `unwind_stats`.
+ */
+#define MAX_MAPPINGS 256
+#define MAX_TABLES 4096
+#define ROW_SEARCH_STEPS 23    /* a table holds at most 4 Mi (2^22) rows */
+#define MAPPING_SEARCH_STEPS 9 /* 256 mappings */
+#define USER_ADDRESS_END 0x0000800000000000ULL
+
+/* unwind_row.cfa_kind; unwind_row.rules: bits 0-3 fp kind, bits 4-7 ra kind */
+#define CFA_NONE 0
+#define CFA_SP 1
+#define CFA_FP 2
+#define CFA_UNSUPPORTED 3
+#define CFA_SIGNAL_FRAME 4
+#define FP_UNCHANGED 0
+#define FP_AT_CFA 1
+#define RA_AT_CFA 0
+#define RA_UNDEFINED 2
+
+/* Why a user stack walk ended: sample_event.flags bits 8-11, unwind_stats slots. */
+enum unwind_end {
+	END_OUTERMOST = 0,   /* the table marks the outermost frame, or the return address is 0 */
+	END_FP_CHAIN = 1,    /* a frame-pointer step found the end of the chain (fp or return address 0) */
+	END_NO_PROCESS = 2,  /* no mappings for the process yet: the kernel's frame-pointer walk */
+	END_READ_FAULT = 3,  /* the stack could not be read where a rule pointed */
+	END_DEPTH = 4,       /* MAX_FRAMES frames */
+	END_BAD_FRAME = 5,   /* the CFA not above sp, or fp below sp: not a stack */
+	END_UNSUPPORTED = 6, /* a rule the walker cannot follow past the leaf frame */
+	END_NO_USER = 7,     /* a kernel thread: no user stack */
+	UNWIND_ENDS = 8,
+};
+#define STAT_FRAMES_TABLE (UNWIND_ENDS + 0) /* caller found with a table row */
+#define STAT_FRAMES_FP (UNWIND_ENDS + 1)    /* caller found with the frame pointer */
+#define STAT_SLOTS (UNWIND_ENDS + 2)
+
+/* One row of a table, as user space encodes it (unwind/row.rs). */
+struct unwind_row {
+	u32 pc; /* file address minus the table's base */
+	s32 cfa_offset;
+	u8 cfa_kind;
+	u8 rules;
+	s8 fp_offset; /* in units of 8 bytes from the CFA */
+	s8 ra_offset; /* in units of 8 bytes from the CFA */
+};
+
+struct table_info {
+	u32 generation; /* changes whenever the slot gets another table */
+	u32 rows;
+};
+
+struct mapping {
+	u64 start;
+	u64 end;
+	u64 bias;       /* pc - bias = row address */
+	u32 table;      /* slot in unwind_tables; 0 = none, use the frame pointer */
+	u32 generation; /* the slot's table_info.generation when this was written */
+};
+
+struct process_mappings {
+	u32 count;
+	u32 reserved;
+	struct mapping mappings[MAX_MAPPINGS]; /* sorted by start, not overlapping */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, MAX_TABLES);
+	__type(key, u32);
+	/* Each table is an array of exactly its rows (BPF_F_INNER_MAP lets sizes differ). */
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_ARRAY);
+		__uint(map_flags, BPF_F_INNER_MAP);
+		__uint(max_entries, 1);
+		__uint(key_size, sizeof(u32));
+		/* By size: locals alone would not put struct unwind_row into BTF. */
+		__uint(value_size, sizeof(struct unwind_row));
+	});
+} unwind_tables SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_TABLES);
+	__type(key, u32);
+	__type(value, struct table_info);
+} table_infos SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* 8 KiB each: only for processes sampled */
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct process_mappings);
+} process_mappings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_SLOTS);
+	__type(key, u32);
+	__type(value, u64);
+} unwind_stats SEC(".maps");
+
+/* The state of one walk, between frames. */
+struct walk {
+	u64 pc;
+	u64 sp;
+	u64 fp;
+	u32 pid;
+	u32 first; /* index in frames[] of the first user frame */
+	u32 n;     /* user frames written */
+	u32 end;   /* enum unwind_end */
+	u32 flags; /* SAMPLE_UNKNOWN_MAPPING, SAMPLE_MISSING_TABLE */
+	u32 exact; /* pc is where the code was (leaf, or interrupted by a signal), not a return address */
+};
+
+/* Per CPU: the record being built (too big for the stack) and the walk. */
+struct scratch_space {
+	struct sample_event event;
+	struct walk walk;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, u32);
-	__type(value, struct sample_event);
+	__type(value, struct scratch_space);
 } scratch SEC(".maps");
+
+static __always_inline void count_stat(u32 slot)
+{
+	u64 *n = bpf_map_lookup_elem(&unwind_stats, &slot);
+
+	if (n)
+		*n += 1; /* per-CPU slot: no other writer on this CPU */
+}
+
+/*
+ * The two binary searches run as bpf_loop callbacks: verified once, however
+ * many steps they take (as plain loops the verifier follows every path).
+ */
+struct mapping_search {
+	struct process_mappings *pm;
+	u64 pc;
+	u32 lo;
+	u32 hi;
+};
+
+static long mapping_search_step(u32 index, struct mapping_search *q)
+{
+	u32 mid;
+
+	if (q->lo >= q->hi)
+		return 1;
+	mid = (q->lo + (q->hi - q->lo) / 2) & (MAX_MAPPINGS - 1);
+	if (q->pm->mappings[mid].start <= q->pc)
+		q->lo = mid + 1;
+	else
+		q->hi = mid;
+	return 0;
+}
+
+/* The mapping holding pc, or NULL. */
+static __always_inline struct mapping *find_mapping(struct process_mappings *pm, u64 pc)
+{
+	struct mapping_search q = { .pm = pm, .pc = pc, .lo = 0, .hi = pm->count };
+	u32 i;
+
+	if (q.hi > MAX_MAPPINGS)
+		q.hi = MAX_MAPPINGS;
+	bpf_loop(MAPPING_SEARCH_STEPS, mapping_search_step, &q, 0);
+	if (q.lo == 0 || q.lo < q.hi || q.lo > MAX_MAPPINGS)
+		return NULL;
+	i = (q.lo - 1) & (MAX_MAPPINGS - 1);
+	if (pc >= pm->mappings[i].end)
+		return NULL;
+	return &pm->mappings[i];
+}
+
+struct row_search {
+	void *rows;
+	u32 pc;
+	u32 lo;
+	u32 hi;
+	u32 failed;
+};
+
+static long row_search_step(u32 index, struct row_search *q)
+{
+	struct unwind_row *r;
+	u32 mid;
+
+	if (q->lo >= q->hi)
+		return 1;
+	mid = q->lo + (q->hi - q->lo) / 2;
+	r = bpf_map_lookup_elem(q->rows, &mid);
+	if (!r) {
+		q->failed = 1;
+		return 1;
+	}
+	if (r->pc <= q->pc)
+		q->lo = mid + 1;
+	else
+		q->hi = mid;
+	return 0;
+}
+
+/* The last row at or below pc: false when pc is before the first row. */
+static __always_inline bool find_row(void *rows, u32 count, u32 pc, struct unwind_row *out)
+{
+	struct row_search q = { .rows = rows, .pc = pc, .lo = 0, .hi = count, .failed = 0 };
+	struct unwind_row *r;
+	u32 i;
+
+	bpf_loop(ROW_SEARCH_STEPS, row_search_step, &q, 0);
+	if (q.failed || q.lo < q.hi || q.lo == 0)
+		return false;
+	i = q.lo - 1;
+	r = bpf_map_lookup_elem(rows, &i);
+	if (!r)
+		return false;
+	*out = *r;
+	return true;
+}
+
+static __always_inline long walk_end(struct walk *w, u32 end)
+{
+	w->end = end;
+	return 1;
+}
+
+/* One step by the frame pointer: [fp] = caller's fp, [fp + 8] = return address. */
+static __always_inline long frame_pointer_step(struct walk *w)
+{
+	u64 frame[2];
+
+	if (w->fp == 0)
+		return walk_end(w, END_FP_CHAIN);
+	if (w->fp < w->sp || w->fp >= USER_ADDRESS_END - 16)
+		return walk_end(w, END_BAD_FRAME);
+	if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->fp))
+		return walk_end(w, END_READ_FAULT);
+	if (frame[1] == 0)
+		return walk_end(w, END_FP_CHAIN);
+	w->sp = w->fp + 16;
+	w->fp = frame[0];
+	w->pc = frame[1];
+	w->exact = 0;
+	count_stat(STAT_FRAMES_FP);
+	return 0;
+}
+
+/*
+ * x86_64 signal trampoline (__restore_rt): sp points at the ucontext of the
+ * kernel's rt_sigframe, whose sigcontext (at 40) holds the interrupted rbp,
+ * rbx, rdx, rax, rcx, rsp and rip at 80..135.
+ */
+#define SIGFRAME_REGS_OFFSET (40 + 80)
+static __always_inline long signal_frame_step(struct walk *w)
+{
+	u64 regs[7]; /* rbp rbx rdx rax rcx rsp rip */
+
+	if (bpf_probe_read_user(regs, sizeof(regs), (void *)(w->sp + SIGFRAME_REGS_OFFSET)))
+		return walk_end(w, END_READ_FAULT);
+	if (regs[6] == 0)
+		return walk_end(w, END_OUTERMOST);
+	w->fp = regs[0];
+	w->sp = regs[5];
+	w->pc = regs[6];
+	w->exact = 1; /* the interrupted instruction itself */
+	count_stat(STAT_FRAMES_TABLE);
+	return 0;
+}
+
+/* Finds the caller of the frame at w->pc. 0: found, 1: the walk ended. */
+static __always_inline long step(struct walk *w, struct process_mappings *pm)
+{
+	struct mapping *m = find_mapping(pm, w->pc);
+	struct table_info *info;
+	struct unwind_row row;
+	u64 rel, cfa, ra, fp;
+	u32 table, ra_kind, fp_kind;
+	void *rows;
+
+	if (!m) {
+		w->flags |= SAMPLE_UNKNOWN_MAPPING;
+		return frame_pointer_step(w);
+	}
+	table = m->table;
+	if (table == 0)
+		return frame_pointer_step(w);
+	info = bpf_map_lookup_elem(&table_infos, &table);
+	rows = bpf_map_lookup_elem(&unwind_tables, &table);
+	if (!info || !rows || info->generation != m->generation) {
+		w->flags |= SAMPLE_MISSING_TABLE;
+		return frame_pointer_step(w);
+	}
+	/* A return address points after the call: look up the call itself. */
+	rel = w->pc - m->bias - (w->exact ? 0 : 1);
+	if (rel > 0xffffffffULL || !find_row(rows, info->rows, (u32)rel, &row))
+		return frame_pointer_step(w);
+
+	switch (row.cfa_kind) {
+	case CFA_SP:
+		cfa = w->sp + (s64)row.cfa_offset;
+		break;
+	case CFA_FP:
+		cfa = w->fp + (s64)row.cfa_offset;
+		break;
+	case CFA_SIGNAL_FRAME:
+		return signal_frame_step(w);
+	case CFA_UNSUPPORTED:
+		/*
+		 * An expression: on x86_64 in practice a PLT stub, which jumps and
+		 * never calls, so only a leaf can be in one, with its return
+		 * address on top of the stack.
+		 */
+		if (w->n != 1)
+			return walk_end(w, END_UNSUPPORTED);
+		cfa = w->sp + 8;
+		row.rules = FP_UNCHANGED | (RA_AT_CFA << 4);
+		row.ra_offset = -1;
+		break;
+	default: /* CFA_NONE: between functions */
+		return frame_pointer_step(w);
+	}
+
+	ra_kind = row.rules >> 4;
+	fp_kind = row.rules & 0xf;
+	if (ra_kind == RA_UNDEFINED)
+		return walk_end(w, END_OUTERMOST);
+	if (ra_kind != RA_AT_CFA)
+		return walk_end(w, END_UNSUPPORTED);
+	if (cfa <= w->sp || cfa >= USER_ADDRESS_END)
+		return walk_end(w, END_BAD_FRAME);
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa + (s64)row.ra_offset * 8)))
+		return walk_end(w, END_READ_FAULT);
+	if (fp_kind == FP_AT_CFA) {
+		if (bpf_probe_read_user(&fp, sizeof(fp), (void *)(cfa + (s64)row.fp_offset * 8)))
+			return walk_end(w, END_READ_FAULT);
+		w->fp = fp;
+	} else if (fp_kind != FP_UNCHANGED) {
+		w->fp = 0; /* unknown: a later frame-pointer step ends the walk */
+	}
+	if (ra == 0)
+		return walk_end(w, END_OUTERMOST);
+	w->sp = cfa;
+	w->pc = ra;
+	w->exact = 0;
+	count_stat(STAT_FRAMES_TABLE);
+	return 0;
+}
+
+/* bpf_loop callback: records the frame at w->pc and finds its caller. */
+static long unwind_frame(u32 index, void *unused)
+{
+	u32 zero = 0, slot;
+	struct scratch_space *s = bpf_map_lookup_elem(&scratch, &zero);
+	struct process_mappings *pm;
+	struct walk *w;
+
+	if (!s)
+		return 1;
+	w = &s->walk;
+	slot = w->first + w->n;
+	if (slot >= 2 * MAX_FRAMES)
+		return walk_end(w, END_DEPTH);
+	s->event.frames[slot] = w->pc;
+	w->n++;
+	pm = bpf_map_lookup_elem(&process_mappings, &w->pid);
+	if (!pm) /* removed by user space meanwhile (the process exited) */
+		return walk_end(w, END_NO_PROCESS);
+	if (step(w, pm))
+		return 1;
+	if (w->n >= MAX_FRAMES)
+		return walk_end(w, END_DEPTH);
+	return 0;
+}
+
+/* Walks the user stack of the current task into e->frames[first...]; returns the frames. */
+static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct scratch_space *s,
+				      u32 tgid, u32 first)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct sample_event *e = &s->event;
+	struct walk *w = &s->walk;
+	struct pt_regs *regs;
+	long bytes;
+	u32 n;
+
+	first &= 0x7f; /* no-op for 0..127; lets the verifier bound the offset */
+	if (!BPF_CORE_READ(task, mm)) {
+		w->end = END_NO_USER;
+		return 0;
+	}
+	if (!bpf_map_lookup_elem(&process_mappings, &tgid)) {
+		/* Not known to user space yet: frame pointers, as the kernel walks them. */
+		w->end = END_NO_PROCESS;
+		bytes = bpf_get_stack(ctx, &e->frames[first], MAX_FRAMES * sizeof(u64),
+				      BPF_F_USER_STACK);
+		n = bytes > 0 ? (u32)bytes / sizeof(u64) : 0;
+		if (n >= MAX_FRAMES) {
+			n = MAX_FRAMES;
+			e->flags |= SAMPLE_USER_TRUNCATED;
+		}
+		return n;
+	}
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	w->pc = BPF_CORE_READ(regs, ip);
+	w->sp = BPF_CORE_READ(regs, sp);
+	w->fp = BPF_CORE_READ(regs, bp);
+	w->pid = tgid;
+	w->first = first;
+	w->n = 0;
+	w->end = END_DEPTH;
+	w->flags = 0;
+	w->exact = 1;
+	if (w->pc == 0 || w->pc >= USER_ADDRESS_END) {
+		w->end = END_NO_USER;
+		return 0;
+	}
+	bpf_loop(MAX_FRAMES, unwind_frame, NULL, 0);
+	e->flags |= w->flags;
+	if (w->end != END_OUTERMOST && w->end != END_FP_CHAIN)
+		e->flags |= SAMPLE_USER_TRUNCATED;
+	n = w->n;
+	return n > MAX_FRAMES ? MAX_FRAMES : n;
+}
 
 static __always_inline void count_lost(u32 slot)
 {
@@ -191,16 +630,18 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	u64 pid_tgid = bpf_get_current_pid_tgid();
 	u32 tgid = pid_tgid >> 32;
 	u32 zero = 0;
+	struct scratch_space *s;
 	struct sample_event *e;
-	long kernel_bytes, user_bytes;
+	long kernel_bytes;
 	u32 nk, nu, len;
 
 	if (!wanted(tgid))
 		return 0;
 
-	e = bpf_map_lookup_elem(&scratch, &zero);
-	if (!e)
+	s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
 		return 0;
+	e = &s->event;
 
 	e->kind = EVENT_SAMPLE;
 	e->flags = 0;
@@ -219,15 +660,12 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	if (nk == MAX_FRAMES)
 		e->flags |= SAMPLE_KERNEL_TRUNCATED;
 
-	/* User stack right after the kernel frames (frame pointers only). */
-	nk &= 0x7f; /* no-op for 0..127; lets the verifier bound the offset */
-	user_bytes = bpf_get_stack(ctx, &e->frames[nk], MAX_FRAMES * sizeof(u64), BPF_F_USER_STACK);
-	nu = user_bytes > 0 ? (u32)user_bytes / sizeof(u64) : 0;
-	if (nu > MAX_FRAMES)
-		nu = MAX_FRAMES;
-	if (nu == MAX_FRAMES)
-		e->flags |= SAMPLE_USER_TRUNCATED;
+	/* User stack right after the kernel frames. */
+	nu = user_stack(ctx, s, tgid, nk);
+	e->flags |= (s->walk.end & 0xf) << SAMPLE_END_SHIFT;
+	count_stat(s->walk.end & 0xf);
 
+	nk &= 0x7f;
 	e->kernel_frames = nk;
 	e->user_frames = nu;
 

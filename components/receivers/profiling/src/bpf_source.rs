@@ -7,6 +7,7 @@ use profcol_bpf::{Event, Profiler, ProfilerConfig, monotonic_to_unix_nanos_offse
 
 use crate::config::{Config, Filter};
 use crate::receiver::{SampleSource, SourceError, SourceEvent, SourceOpener};
+use crate::unwind::{UnwindMaps, UnwindStatus};
 use crate::{ProcessEvent, RawSample};
 
 /// Opens the eBPF sampler with the receiver's frequency and pid filters (applied in BPF,
@@ -66,6 +67,11 @@ impl SampleSource for BpfSource {
                         user_stack: s.user_stack,
                         kernel_truncated: s.kernel_truncated,
                         user_truncated: s.user_truncated,
+                        unwind: UnwindStatus {
+                            end: Some(s.unwind_end),
+                            unknown_mapping: s.unknown_mapping,
+                            missing_table: s.missing_table,
+                        },
                     }),
                     Event::Exec { pid, filename } => {
                         SourceEvent::Process(ProcessEvent::Exec { pid, filename })
@@ -87,5 +93,43 @@ impl SampleSource for BpfSource {
 
     fn lost_samples(&self) -> u64 {
         self.profiler.lost_samples()
+    }
+
+    fn unwind_maps(&mut self) -> Option<&mut dyn UnwindMaps> {
+        Some(self)
+    }
+
+    fn unwind_stats(&self) -> Option<profcol_bpf::UnwindStats> {
+        Some(self.profiler.unwind_stats())
+    }
+}
+
+impl UnwindMaps for BpfSource {
+    fn load_table(&mut self, slot: u32, generation: u32, rows: &[u8]) -> Result<(), String> {
+        self.profiler
+            .load_unwind_table(slot, generation, rows)
+            .map_err(|e| e.to_string())
+    }
+
+    fn unload_table(&mut self, slot: u32) -> Result<(), String> {
+        self.profiler
+            .unload_unwind_table(slot)
+            .map_err(|e| e.to_string())
+    }
+
+    fn set_process(
+        &mut self,
+        pid: u32,
+        mappings: &[profcol_bpf::UnwindMapping],
+    ) -> Result<(), String> {
+        self.profiler
+            .set_process_mappings(pid, mappings)
+            .map_err(|e| e.to_string())
+    }
+
+    fn remove_process(&mut self, pid: u32) -> Result<(), String> {
+        self.profiler
+            .remove_process_mappings(pid)
+            .map_err(|e| e.to_string())
     }
 }

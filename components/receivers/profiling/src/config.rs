@@ -7,6 +7,7 @@
 //! symbolize: true              # kernel, native (ELF/DWARF) and Go frames, on this host
 //! max_stack_depth: 127         # frames per stack (kernel and user each), at most 127
 //! process_grace_period: 30s    # how long an exited process still resolves samples
+//! unwind_tables_max_memory_mib: 32   # unwind tables (.eh_frame) in BPF, least recently used evicted
 //! include:                     # empty: every process
 //!   pids: [1234]
 //!   executable_names: ["^java$", "^python3"]   # regexes on the executable's base name
@@ -32,6 +33,12 @@ pub const DEFAULT_REPORTER_INTERVAL: Duration = Duration::from_secs(5);
 /// The kernel's `PERF_MAX_STACK_DEPTH`, the most `bpf_get_stack` gives.
 pub const MAX_STACK_DEPTH: u32 = 127;
 pub const DEFAULT_PROCESS_GRACE_PERIOD: Duration = Duration::from_secs(30);
+/// Room for unwind tables in BPF: libc's takes 0.3 MiB, bash's 0.1 MiB, a 400 MB debug
+/// build of profcol 8.4 MiB.
+pub const DEFAULT_UNWIND_TABLES_MAX_MEMORY_MIB: u32 = 32;
+/// Tables past this would not be searched by the walker (4 Mi rows of 12 bytes) many
+/// times over.
+pub const MAX_UNWIND_TABLES_MEMORY_MIB: u32 = 4096;
 /// The shortest container id prefix accepted, as `docker ps` shows them.
 pub const MIN_CONTAINER_ID_PREFIX: usize = 12;
 
@@ -62,6 +69,11 @@ pub struct Config {
     /// `include_env_vars`). The default lets the service_name processor name even
     /// processes that exit before their profile is sent.
     pub include_env_vars: Vec<String>,
+    /// Kernel memory the unwind tables of sampled files may take (MiB). Tables are built
+    /// from each file's `.eh_frame`/`.debug_frame` when a process mapping it is first
+    /// sampled, shared by every process that maps the file, and evicted least recently
+    /// used. A frame whose file has no table is unwound by its frame pointer.
+    pub unwind_tables_max_memory_mib: u32,
 }
 
 impl Default for Config {
@@ -78,6 +90,7 @@ impl Default for Config {
                 "OTEL_SERVICE_NAME".into(),
                 "OTEL_RESOURCE_ATTRIBUTES".into(),
             ],
+            unwind_tables_max_memory_mib: DEFAULT_UNWIND_TABLES_MAX_MEMORY_MIB,
         }
     }
 }
@@ -221,6 +234,15 @@ impl Validate for Config {
                 format!(
                     "must be from 1 to {MAX_STACK_DEPTH} (the kernel's limit for one stack), got {}",
                     self.max_stack_depth
+                ),
+            ));
+        }
+        if !(1..=MAX_UNWIND_TABLES_MEMORY_MIB).contains(&self.unwind_tables_max_memory_mib) {
+            errors.push(ConfigError::new(
+                "unwind_tables_max_memory_mib",
+                format!(
+                    "must be from 1 to {MAX_UNWIND_TABLES_MEMORY_MIB}, got {}",
+                    self.unwind_tables_max_memory_mib
                 ),
             ));
         }

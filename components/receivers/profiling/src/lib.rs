@@ -24,9 +24,7 @@ pub mod safe_file;
 pub mod symbolize;
 #[cfg(test)]
 mod testutil;
-// Unwind tables for the BPF stack walker of issue #11, which is their consumer (next step).
-#[allow(dead_code)]
-mod unwind;
+pub mod unwind;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -67,6 +65,8 @@ pub struct RawSample {
     pub kernel_truncated: bool,
     /// Whether the sampler cut the user stack short.
     pub user_truncated: bool,
+    /// What the sampler's walk of the user stack met.
+    pub unwind: unwind::UnwindStatus,
 }
 
 /// A process lifecycle event from the sampler (pids are thread-group ids).
@@ -209,6 +209,7 @@ pub struct Engine {
     meta: BatchMeta,
     stats: Stats,
     counters: Arc<BadInputCounters>,
+    unwinder: unwind::Unwinder,
 }
 
 impl std::fmt::Debug for Engine {
@@ -254,7 +255,10 @@ impl Engine {
             period_nanos: config.period_nanos(),
             kernel_build_id: read_kernel_build_id(&env.kernel_notes),
         };
+        let unwinder =
+            unwind::Unwinder::new(config.unwind_tables_max_memory_mib as usize * (1 << 20));
         Engine {
+            unwinder,
             config,
             env,
             table,
@@ -282,7 +286,22 @@ impl Engine {
 
     pub fn on_process_event(&mut self, event: ProcessEvent) {
         let now = self.env.clock.now_unix_nano();
+        if let ProcessEvent::Exec { pid, .. } | ProcessEvent::Exit { pid } = event {
+            self.unwinder.forget(pid);
+        }
         self.table.on_event(&event, now);
+    }
+
+    /// Gives the sampler's stack walker the mappings and unwind tables that the samples
+    /// since the last call asked for. Call it after each poll of the sampler.
+    pub fn sync_unwinding(&mut self, maps: &mut dyn unwind::UnwindMaps) {
+        let now = self.env.clock.now_unix_nano();
+        self.unwinder.sync(&mut self.table, maps, now);
+    }
+
+    /// The unwinder's counters.
+    pub fn unwinder_stats(&self) -> unwind::UnwinderStats {
+        self.unwinder.stats()
     }
 
     /// Records one sample: resolves its process (reading `/proc/<pid>` if the pid is new),
@@ -300,6 +319,11 @@ impl Engine {
             self.stats.samples_filtered += 1;
             return;
         }
+        self.table.ensure_maps(pid, now);
+        self.unwinder.on_sample(pid, &sample.unwind);
+        let Some(process) = self.table.get(pid) else {
+            return;
+        };
         let user = &sample.user_stack[..sample.user_stack.len().min(max)];
         // An address outside every mapping: a library loaded since maps were read.
         if process.loaded

@@ -21,9 +21,13 @@ use crate::elf::ElfFile;
 use crate::safe_file::{FileLocation, Identity, VerifiedFile};
 use crate::{BadInputCounters, ProcessEvent};
 
-/// A process whose address misses every mapping gets its maps read again, at most this
-/// often (dlopen, JIT).
-pub const MAPS_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// A process whose address misses every mapping gets its maps read again (the dynamic
+/// loader, dlopen, JIT), at most this often at first. The wait doubles each time a read
+/// finds nothing new, up to [`MAX_MAPS_REFRESH_INTERVAL`]: a process whose stacks hold
+/// addresses that are in no mapping (a wrong frame-pointer walk) is not read over and
+/// over; a read that finds a new mapping starts again from the shortest wait.
+pub const MAPS_REFRESH_INTERVAL: Duration = Duration::from_millis(50);
+pub const MAX_MAPS_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
 /// Above this many cached files, files no tracked process maps any more are dropped.
 const FILE_CACHE_SOFT_LIMIT: usize = 16_384;
 /// `/proc/<pid>/maps` read at most (about 150 000 lines; a process can make its maps
@@ -410,7 +414,11 @@ pub struct Process {
     pub start_time: Option<u64>,
     /// The selected environment variables, read while the process was alive.
     pub env: Vec<(String, String)>,
+    /// Goes up by one each time `mappings` are read; 0 until they first are.
+    pub maps_version: u64,
     maps_read_at: u64,
+    /// The wait before the maps may be read again ([`MAPS_REFRESH_INTERVAL`]).
+    maps_refresh_wait: u64,
 }
 
 impl Process {
@@ -427,7 +435,9 @@ impl Process {
             allowed: true,
             exited_at: None,
             start_time: None,
+            maps_version: 0,
             maps_read_at: 0,
+            maps_refresh_wait: MAPS_REFRESH_INTERVAL.as_nanos() as u64,
         }
     }
 
@@ -575,13 +585,40 @@ impl ProcessTable {
 
     /// Reads `/proc/<pid>` (again), replacing what was known about the pid.
     pub fn load(&mut self, pid: u32, now: u64) -> &Process {
+        self.load_with(pid, now, true)
+    }
+
+    fn load_with(&mut self, pid: u32, now: u64, with_maps: bool) -> &Process {
         let process = if pid == 0 {
             idle_process()
         } else {
-            self.read_process(pid, now)
+            self.read_process(pid, now, with_maps)
         };
         self.processes.insert(pid, process);
         &self.processes[&pid]
+    }
+
+    /// Reads the maps of a process known without them (read at exec, before the dynamic
+    /// loader mapped its libraries): what its first sample needs. Returns whether they
+    /// were read.
+    pub fn ensure_maps(&mut self, pid: u32, now: u64) -> bool {
+        let Some(p) = self.processes.get(&pid) else {
+            return false;
+        };
+        if p.maps_version != 0 || !p.loaded || !p.allowed {
+            return false;
+        }
+        let Ok(maps) = read_maps(&self.procfs.pid_path(pid, "maps")) else {
+            return false;
+        };
+        let mappings = self.mappings_from(pid, &maps);
+        let Some(p) = self.processes.get_mut(&pid) else {
+            return false;
+        };
+        p.mappings = mappings;
+        p.maps_version = 1;
+        p.maps_read_at = now;
+        true
     }
 
     /// The process, read from `/proc` when it is not known yet (a process started since the
@@ -597,7 +634,10 @@ impl ProcessTable {
     pub fn on_event(&mut self, event: &ProcessEvent, now: u64) {
         match *event {
             ProcessEvent::Exec { pid, ref filename } => {
-                self.load(pid, now);
+                // Who it is now, while it lives; its maps wait for its first sample: at
+                // exec only the executable and the loader are mapped, and most short
+                // processes are never sampled.
+                self.load_with(pid, now, false);
                 // A short-lived process may be gone before its /proc entry is read: the
                 // path it was exec'd with still names it.
                 if let Some(p) = self.processes.get_mut(&pid).filter(|p| !p.loaded)
@@ -644,17 +684,16 @@ impl ProcessTable {
         }
     }
 
-    /// Reads the maps of a live process again when `addr` missed them all, at most once per
-    /// [`MAPS_REFRESH_INTERVAL`]. Returns whether they were read.
+    /// Reads the maps of a live process again when an address missed them all, after the
+    /// wait [`MAPS_REFRESH_INTERVAL`] describes. Returns whether they changed.
     pub fn refresh_maps(&mut self, pid: u32, now: u64) -> bool {
-        let interval = MAPS_REFRESH_INTERVAL.as_nanos() as u64;
         let Some(p) = self.processes.get(&pid) else {
             return false;
         };
         if !p.loaded
             || !p.allowed
             || p.exited_at.is_some()
-            || now.saturating_sub(p.maps_read_at) < interval
+            || now.saturating_sub(p.maps_read_at) < p.maps_refresh_wait
         {
             return false;
         }
@@ -662,10 +701,19 @@ impl ProcessTable {
             return false;
         };
         let mappings = self.mappings_from(pid, &maps);
-        if let Some(p) = self.processes.get_mut(&pid) {
-            p.mappings = mappings;
-            p.maps_read_at = now;
+        let Some(p) = self.processes.get_mut(&pid) else {
+            return false;
+        };
+        p.maps_read_at = now;
+        let min = MAPS_REFRESH_INTERVAL.as_nanos() as u64;
+        let max = MAX_MAPS_REFRESH_INTERVAL.as_nanos() as u64;
+        if p.mappings == mappings {
+            p.maps_refresh_wait = p.maps_refresh_wait.saturating_mul(2).clamp(min, max);
+            return false;
         }
+        p.mappings = mappings;
+        p.maps_version += 1;
+        p.maps_refresh_wait = min;
         true
     }
 
@@ -689,7 +737,7 @@ impl ProcessTable {
         before - self.processes.len()
     }
 
-    fn read_process(&mut self, pid: u32, now: u64) -> Process {
+    fn read_process(&mut self, pid: u32, now: u64, with_maps: bool) -> Process {
         let mut p = Process::unknown(pid);
         p.maps_read_at = now;
         let Ok(comm) = fs::read_to_string(self.procfs.pid_path(pid, "comm")) else {
@@ -719,9 +767,11 @@ impl ProcessTable {
                 .unwrap_or_default();
         }
         if p.allowed
+            && with_maps
             && let Ok(maps) = read_maps(&self.procfs.pid_path(pid, "maps"))
         {
             p.mappings = self.mappings_from(pid, &maps);
+            p.maps_version = 1;
         }
         p
     }

@@ -62,6 +62,16 @@ pub trait SampleSource: Send + 'static {
     fn lost_samples(&self) -> u64 {
         0
     }
+
+    /// The stack walker's maps, for a sampler that walks user stacks with unwind tables.
+    fn unwind_maps(&mut self) -> Option<&mut dyn crate::unwind::UnwindMaps> {
+        None
+    }
+
+    /// The walker's own counters (why walks ended), for a sampler that has them.
+    fn unwind_stats(&self) -> Option<profcol_bpf::UnwindStats> {
+        None
+    }
 }
 
 /// Starts a [`SampleSource`] for a config (loads and attaches BPF). Called when the
@@ -198,6 +208,9 @@ impl Loop {
                     "{}: the sampler stopped: {e}",
                     self.id
                 )));
+            }
+            if let Some(maps) = source.unwind_maps() {
+                engine.sync_unwinding(maps);
             }
             let now = Instant::now();
             if now >= next_flush {

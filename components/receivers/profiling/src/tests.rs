@@ -62,6 +62,7 @@ fn sample(pid: u32, t: u64, user: Vec<u64>) -> RawSample {
         user_stack: user,
         kernel_truncated: false,
         user_truncated: false,
+        unwind: Default::default(),
     }
 }
 

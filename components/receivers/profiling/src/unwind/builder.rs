@@ -452,6 +452,9 @@ fn evaluate<'a, S: UnwindSection<EndianSlice<'a, LittleEndian>>>(
         }
         budget.spend(steps)?;
     }
+    // A signal trampoline's rows are expressions over the kernel's signal frame, which
+    // the walker knows by itself.
+    let signal_frame = fde.is_signal_trampoline();
     let mut rows = fde
         .rows(section, bases, ctx)
         .map_err(|e| cfi_error(source, at, e))?;
@@ -463,6 +466,7 @@ fn evaluate<'a, S: UnwindSection<EndianSlice<'a, LittleEndian>>>(
             continue;
         }
         let rule = match table.arch {
+            Arch::X86_64 if signal_frame => Rule::SIGNAL_FRAME,
             Arch::X86_64 => x86_64::rule(row),
         };
         if rule == Rule::UNSUPPORTED {

@@ -6,10 +6,17 @@
 //! - [`table`]: [`UnwindTable`], the sorted, merged rows of one file, and its lookup;
 //! - [`builder`]: [`build`], reading the CFI of a (hostile) ELF file within [`Limits`];
 //! - [`x86_64`]: the x86_64 registers and how a CFI row maps to a table row;
-//! - [`error`]: the errors, [`UnwindError`].
+//! - [`error`]: the errors, [`UnwindError`];
+//! - [`cache`]: [`cache::TableCache`], the tables in BPF, one per file identity, LRU
+//!   under a memory budget;
+//! - [`manager`]: [`Unwinder`], which gives each sampled process its mappings;
+//! - [`maps`]: [`UnwindMaps`], the BPF side as the unwinder sees it.
 
 pub mod builder;
+pub mod cache;
 pub mod error;
+pub mod manager;
+pub mod maps;
 pub mod row;
 pub mod table;
 pub mod x86_64;
@@ -22,6 +29,8 @@ mod tests;
 pub use builder::{BuildStats, Built, Limits, build, build_with_limits};
 #[allow(unused_imports)]
 pub use error::UnwindError;
+pub use manager::{UnwindStatus, Unwinder, UnwinderStats};
+pub use maps::UnwindMaps;
 #[allow(unused_imports)]
 pub use row::{Arch, Cfa, Fp, ROW_SIZE, Ra, Row, Rule};
 #[allow(unused_imports)]

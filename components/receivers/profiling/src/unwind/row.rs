@@ -29,8 +29,12 @@ pub enum Cfa {
     FpOffset(i32),
     /// A rule this format does not hold: a DWARF expression (PLT stubs, signal
     /// trampolines) or another base register. The walker needs another way (a known
-    /// PLT shape, the kernel's signal frame) or stops.
+    /// PLT shape) or stops.
     Unsupported,
+    /// A signal trampoline (`__restore_rt`, its CIE marked `S`): the stack pointer
+    /// points at the kernel's signal frame, which holds every register of the
+    /// interrupted code. Where they are is the architecture's (x86_64: a `ucontext`).
+    SignalFrame,
 }
 
 /// Where the caller's frame pointer is.
@@ -88,11 +92,19 @@ impl Rule {
         ra: Ra::Unknown,
     };
 
+    /// A signal trampoline: the walker reads the interrupted registers from the frame.
+    pub const SIGNAL_FRAME: Rule = Rule {
+        cfa: Cfa::SignalFrame,
+        fp: Fp::Unchanged,
+        ra: Ra::Unknown,
+    };
+
     /// The canonical form: rows with no usable CFA carry nothing else, so that they merge.
     pub fn canonical(self) -> Rule {
         match self.cfa {
             Cfa::None => Rule::NONE,
             Cfa::Unsupported => Rule::UNSUPPORTED,
+            Cfa::SignalFrame => Rule::SIGNAL_FRAME,
             Cfa::SpOffset(_) | Cfa::FpOffset(_) => self,
         }
     }
@@ -106,6 +118,7 @@ const CFA_NONE: u8 = 0;
 const CFA_SP: u8 = 1;
 const CFA_FP: u8 = 2;
 const CFA_UNSUPPORTED: u8 = 3;
+const CFA_SIGNAL_FRAME: u8 = 4;
 const FP_UNCHANGED: u8 = 0;
 const FP_AT_CFA: u8 = 1;
 const FP_UNKNOWN: u8 = 2;
@@ -135,7 +148,7 @@ impl Row {
     /// |---|---|---|
     /// | 0 | u32 | pc, relative to the table's base |
     /// | 4 | i32 | CFA offset (0 unless the CFA kind is sp or fp) |
-    /// | 8 | u8 | CFA kind: 0 none (no unwind info: use the frame pointer), 1 sp+offset, 2 fp+offset, 3 unsupported (expression) |
+    /// | 8 | u8 | CFA kind: 0 none (no unwind info: use the frame pointer), 1 sp+offset, 2 fp+offset, 3 unsupported (expression), 4 signal frame |
     /// | 9 | u8 | bits 0-3: fp kind: 0 unchanged, 1 at CFA+offset, 2 unknown; bits 4-7: return address kind: 0 at CFA+offset, 1 in the link register, 2 undefined (outermost frame), 3 unknown |
     /// | 10 | i8 | fp offset from the CFA, in units of 8 bytes |
     /// | 11 | i8 | return address offset from the CFA, in units of 8 bytes |
@@ -145,6 +158,7 @@ impl Row {
             Cfa::SpOffset(o) => (CFA_SP, o),
             Cfa::FpOffset(o) => (CFA_FP, o),
             Cfa::Unsupported => (CFA_UNSUPPORTED, 0),
+            Cfa::SignalFrame => (CFA_SIGNAL_FRAME, 0),
         };
         let (fp_kind, fp_offset) = match self.rule.fp {
             Fp::Unchanged => (FP_UNCHANGED, 0),
@@ -178,6 +192,7 @@ impl Row {
             CFA_SP => Cfa::SpOffset(cfa_offset),
             CFA_FP => Cfa::FpOffset(cfa_offset),
             CFA_UNSUPPORTED => Cfa::Unsupported,
+            CFA_SIGNAL_FRAME => Cfa::SignalFrame,
             _ => return None,
         };
         let fp = match bytes[9] & 0x0f {

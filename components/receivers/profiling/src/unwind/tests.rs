@@ -156,6 +156,9 @@ fn readelf_fdes(path: &Path) -> Vec<ReadelfFde> {
     let mut columns: Vec<&str> = Vec::new();
     // Only sections of the file itself, not of a debug file readelf followed.
     let mut ours = true;
+    // CIEs whose augmentation has `S`: their FDEs are signal trampolines.
+    let mut signal_cies: Vec<String> = Vec::new();
+    let mut signal = false;
     for line in text.lines() {
         // A register rule is printed as `r10 (r10)`: the name in parentheses is no column.
         let words: Vec<&str> = line
@@ -176,6 +179,10 @@ fn readelf_fdes(path: &Path) -> Vec<ReadelfFde> {
                 .expect("pc=start..end");
             let (start, end) = range.split_once("..").expect("..");
             let hex = |s: &str| u64::from_str_radix(s, 16).expect("hex");
+            signal = words
+                .iter()
+                .find_map(|w| w.strip_prefix("cie="))
+                .is_some_and(|cie| signal_cies.iter().any(|c| c == cie));
             current = Some(ReadelfFde {
                 start: hex(start),
                 end: hex(end),
@@ -183,12 +190,23 @@ fn readelf_fdes(path: &Path) -> Vec<ReadelfFde> {
             });
         } else if words.get(3).is_some_and(|w| *w == "CIE") || words.contains(&"ZERO") {
             fdes.extend(current.take());
+            if words
+                .get(4)
+                .is_some_and(|aug| aug.starts_with("\"z") && aug.contains('S'))
+            {
+                signal_cies.push(words[0].to_owned());
+            }
         } else if words.first() == Some(&"LOC") {
             columns = words;
         } else if let (Some(fde), Some(loc)) = (current.as_mut(), words.first())
             && let Ok(loc) = u64::from_str_radix(loc, 16)
         {
-            fde.rows.push((loc, readelf_rule(&columns, &words)));
+            let rule = if signal {
+                Rule::SIGNAL_FRAME
+            } else {
+                readelf_rule(&columns, &words)
+            };
+            fde.rows.push((loc, rule));
         }
     }
     fdes.extend(current);
@@ -282,8 +300,13 @@ fn rows_encode_in_12_bytes_and_decode_back() {
         let row = Row { pc: 7, rule };
         assert_eq!(Row::decode(&row.encode()), Some(row));
     }
+    let signal = Row {
+        pc: 9,
+        rule: Rule::SIGNAL_FRAME,
+    };
+    assert_eq!(Row::decode(&signal.encode()), Some(signal));
     let mut bad = row.encode();
-    bad[8] = 4;
+    bad[8] = 5;
     assert_eq!(Row::decode(&bad), None, "unknown CFA kind");
     assert_eq!(row::slot_offset(-1024), Some(-1024));
     assert_eq!(row::slot_offset(1024), None);

@@ -1,0 +1,282 @@
+//! Keeps the BPF walker's per-process mappings and per-file tables in step with the
+//! processes that get sampled.
+//!
+//! Nothing happens at exec or fork: a process gets its mappings at its first sample
+//! (that sample carries the kernel's frame-pointer walk, flagged `NoProcess`), so the
+//! many short processes of a build farm, never sampled, cost nothing here. A sample that
+//! met an address outside the mappings (a library loaded since) has the process's maps
+//! read again (as often as [`crate::process::MAPS_REFRESH_INTERVAL`] allows) and, when
+//! they changed, given again; one that met a table no longer loaded (evicted) has its
+//! process given again, at most once per [`RESYNC_INTERVAL`].
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use profcol_bpf::{MAX_PROCESS_MAPPINGS, MAX_UNWIND_TABLES, UnwindEnd};
+
+use super::cache::{CacheStats, TableCache, TableKey};
+use super::maps::{UnwindMapping, UnwindMaps};
+use crate::elf::ElfFile;
+use crate::process::{FileKey, Mapping, MappingKind, Process, ProcessTable, makedev};
+use crate::safe_file::{Identity, VerifiedFile};
+
+/// The least time between two loads of one process's mappings.
+pub const RESYNC_INTERVAL: Duration = Duration::from_millis(100);
+/// Processes loaded per sync at most: a burst of new processes is spread over polls.
+const MAX_LOADS_PER_SYNC: usize = 64;
+
+/// What the sampler said about one sample's walk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnwindStatus {
+    /// Why the walk ended; `None` for a sampler that does not say.
+    pub end: Option<UnwindEnd>,
+    /// A frame was outside every mapping the walker had.
+    pub unknown_mapping: bool,
+    /// A frame's table was not loaded (evicted).
+    pub missing_table: bool,
+}
+
+/// Counters for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UnwinderStats {
+    pub cache: CacheStats,
+    /// Processes whose mappings the walker has now.
+    pub processes: usize,
+    /// Mapping loads (first ones and again), since start.
+    pub process_loads: u64,
+    /// Writes to BPF that failed, since start.
+    pub errors: u64,
+}
+
+#[derive(Debug)]
+struct Given {
+    keys: Vec<TableKey>,
+    loaded_at: Instant,
+    /// [`Process::maps_version`] of the mappings given.
+    maps_version: u64,
+}
+
+/// Why a process is due to be given (again).
+#[derive(Debug, Clone, Copy, Default)]
+struct Due {
+    /// An address outside its mappings: read the maps again, give them if they changed.
+    unknown_mapping: bool,
+    /// A table that was not loaded.
+    missing_table: bool,
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct Unwinder {
+    cache: TableCache,
+    given: HashMap<u32, Given>,
+    pending: HashMap<u32, Due>,
+    removed: Vec<u32>,
+    sampled: HashSet<u32>,
+    process_loads: u64,
+    errors: u64,
+}
+
+impl Unwinder {
+    /// Tables take at most `budget_bytes` in BPF.
+    pub fn new(budget_bytes: usize) -> Self {
+        Unwinder {
+            cache: TableCache::new(budget_bytes, MAX_UNWIND_TABLES - 1),
+            given: HashMap::new(),
+            pending: HashMap::new(),
+            removed: Vec::new(),
+            sampled: HashSet::new(),
+            process_loads: 0,
+            errors: 0,
+        }
+    }
+
+    pub fn stats(&self) -> UnwinderStats {
+        UnwinderStats {
+            cache: self.cache.stats(),
+            processes: self.given.len(),
+            process_loads: self.process_loads,
+            errors: self.errors,
+        }
+    }
+
+    /// Notes what a sample's walk met.
+    pub fn on_sample(&mut self, pid: u32, status: &UnwindStatus) {
+        if pid == 0 {
+            return;
+        }
+        self.sampled.insert(pid);
+        let given = self.given.contains_key(&pid);
+        if status.end == Some(UnwindEnd::NoProcess) && !given {
+            self.pending.entry(pid).or_default();
+        }
+        if given && (status.unknown_mapping || status.missing_table) {
+            let due = self.pending.entry(pid).or_default();
+            due.unknown_mapping |= status.unknown_mapping;
+            due.missing_table |= status.missing_table;
+        }
+    }
+
+    /// The process's image is gone (exec replaced it, or it exited): so are its mappings.
+    pub fn forget(&mut self, pid: u32) {
+        if self.given.remove(&pid).is_some() {
+            self.removed.push(pid);
+        }
+        self.pending.remove(&pid);
+    }
+
+    /// Writes what the samples since the last sync asked for.
+    pub fn sync(&mut self, table: &mut ProcessTable, maps: &mut dyn UnwindMaps, now: u64) {
+        self.cache.next_tick();
+        for pid in std::mem::take(&mut self.removed) {
+            if let Err(e) = maps.remove_process(pid) {
+                self.error(&e);
+            }
+        }
+        // Tables of processes sampled since the last sync are the recently used ones.
+        for pid in std::mem::take(&mut self.sampled) {
+            if let Some(given) = self.given.get(&pid) {
+                for key in &given.keys {
+                    self.cache.touch(key);
+                }
+            }
+        }
+        let due: Vec<(u32, Due)> = self
+            .pending
+            .iter()
+            .map(|(&pid, &due)| (pid, due))
+            .filter(|(pid, due)| {
+                // A new mapping is worth giving at once; a missing table waits its turn.
+                due.unknown_mapping
+                    || self
+                        .given
+                        .get(pid)
+                        .is_none_or(|g| g.loaded_at.elapsed() >= RESYNC_INTERVAL)
+            })
+            .take(MAX_LOADS_PER_SYNC)
+            .collect();
+        for (pid, due) in due {
+            self.pending.remove(&pid);
+            if due.unknown_mapping {
+                table.refresh_maps(pid, now);
+            }
+            let Some(process) = table.get(pid) else {
+                continue;
+            };
+            if !process.loaded || !process.allowed || process.exited_at.is_some() {
+                continue;
+            }
+            let same_maps = self
+                .given
+                .get(&pid)
+                .is_some_and(|g| g.maps_version == process.maps_version);
+            if same_maps && !due.missing_table {
+                continue;
+            }
+            let procfs = table.procfs().clone();
+            let maps_version = process.maps_version;
+            let (mappings, keys) = self.mappings_of(process, &procfs, maps);
+            self.process_loads += 1;
+            match maps.set_process(pid, &mappings) {
+                Ok(()) => {
+                    self.given.insert(
+                        pid,
+                        Given {
+                            keys,
+                            loaded_at: Instant::now(),
+                            maps_version,
+                        },
+                    );
+                }
+                Err(e) => self.error(&e),
+            }
+        }
+    }
+
+    fn error(&mut self, message: &str) {
+        if self.errors == 0 {
+            tracing::warn!("writing the unwinder's BPF maps failed: {message}");
+        }
+        self.errors += 1;
+    }
+
+    /// The walker's view of a process: every executable mapping (so that none looks
+    /// unknown), with its file's table where one could be built.
+    fn mappings_of(
+        &mut self,
+        process: &Process,
+        procfs: &crate::process::ProcFs,
+        maps: &mut dyn UnwindMaps,
+    ) -> (Vec<UnwindMapping>, Vec<TableKey>) {
+        let mut out = Vec::with_capacity(process.mappings.len().min(MAX_PROCESS_MAPPINGS));
+        let mut keys = Vec::new();
+        for m in process.mappings.iter().take(MAX_PROCESS_MAPPINGS) {
+            if m.start >= m.end || out.last().is_some_and(|l: &UnwindMapping| l.end > m.start) {
+                continue;
+            }
+            let mut entry = UnwindMapping {
+                start: m.start,
+                end: m.end,
+                bias: 0,
+                table: 0,
+                generation: 0,
+            };
+            if let Some(key) = table_key(m) {
+                let mut open = || open_elf(m, procfs, process.pid);
+                if let Some(t) = self
+                    .cache
+                    .table_for(&key, m.start, m.offset, &mut open, maps)
+                {
+                    entry.table = t.slot;
+                    entry.generation = t.generation;
+                    entry.bias = t.bias;
+                    keys.push(key);
+                }
+            }
+            out.push(entry);
+        }
+        (out, keys)
+    }
+}
+
+/// The table key of a file mapping whose file was read as ELF and not refused.
+fn table_key(m: &Mapping) -> Option<TableKey> {
+    if m.kind != MappingKind::File {
+        return None;
+    }
+    let file = m.file.as_ref()?;
+    if !file.is_elf || file.rejected.is_some() {
+        return None;
+    }
+    let FileKey::Inode { dev, inode } = file.key else {
+        return None;
+    };
+    let build_id = file
+        .build_id_gnu
+        .clone()
+        .or_else(|| file.build_id_go.as_ref().map(|s| s.as_bytes().to_vec()));
+    Some(TableKey {
+        dev,
+        inode,
+        build_id,
+    })
+}
+
+/// The mapped file, checked to be the very inode mapped.
+fn open_elf(m: &Mapping, procfs: &crate::process::ProcFs, pid: u32) -> Option<ElfFile> {
+    let expected = Identity {
+        dev: Some(makedev(m.dev_major, m.dev_minor)),
+        inode: m.inode,
+    };
+    for location in m.locations(procfs, pid) {
+        let Ok(file) = VerifiedFile::open(&location, Some(expected)) else {
+            continue;
+        };
+        let size = file.size();
+        return file
+            .try_clone_file()
+            .ok()
+            .and_then(|f| ElfFile::from_file(f, size).ok());
+    }
+    None
+}

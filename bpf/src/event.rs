@@ -2,7 +2,7 @@
 //! (`struct sample_event`, `struct process_event`). Native endian, naturally
 //! aligned; this module is the only place that knows the offsets.
 
-use crate::{Event, Sample, UnwindEnd};
+use crate::{Event, Sample, StackCopy, UnwindEnd};
 
 /// Frames per stack the BPF program collects at most.
 pub(crate) const MAX_FRAMES: usize = 127;
@@ -16,11 +16,14 @@ pub(crate) const SAMPLE_KERNEL_TRUNCATED: u32 = 1 << 0;
 pub(crate) const SAMPLE_USER_TRUNCATED: u32 = 1 << 1;
 pub(crate) const SAMPLE_UNKNOWN_MAPPING: u32 = 1 << 2;
 pub(crate) const SAMPLE_MISSING_TABLE: u32 = 1 << 3;
+pub(crate) const SAMPLE_STACK_COPY: u32 = 1 << 4;
+/// The most stack bytes a sample copies (`STACK_COPY_BYTES`).
+pub(crate) const STACK_COPY_BYTES: usize = 8192;
 /// Bits 8-11 of the flags: `enum unwind_end`.
 pub(crate) const SAMPLE_END_SHIFT: u32 = 8;
 
 /// `offsetof(struct sample_event, frames)`.
-pub(crate) const SAMPLE_HEADER_LEN: usize = 56;
+pub(crate) const SAMPLE_HEADER_LEN: usize = 64;
 /// `offsetof(struct process_event, filename)`.
 pub(crate) const PROCESS_HEADER_LEN: usize = 16;
 const COMM_LEN: usize = 16;
@@ -107,6 +110,21 @@ fn decode_sample(b: &[u8]) -> Result<Sample, DecodeError> {
         return Err(short);
     }
     let frame = |i: usize| u64_at(b, SAMPLE_HEADER_LEN + i * 8);
+    let stack_copy = if flags & SAMPLE_STACK_COPY != 0 {
+        let at = SAMPLE_HEADER_LEN + (nk + nu) * 8;
+        let len = u32_at(b, 56) as usize;
+        if len > STACK_COPY_BYTES || b.len() < at + 24 + len {
+            return Err(short);
+        }
+        Some(StackCopy {
+            pc: u64_at(b, at),
+            sp: u64_at(b, at + 8),
+            fp: u64_at(b, at + 16),
+            stack: b[at + 24..at + 24 + len].to_vec(),
+        })
+    } else {
+        None
+    };
     Ok(Sample {
         pid: u32_at(b, 8),
         tid: u32_at(b, 12),
@@ -121,6 +139,7 @@ fn decode_sample(b: &[u8]) -> Result<Sample, DecodeError> {
         unwind_end: UnwindEnd::from_code((flags >> SAMPLE_END_SHIFT) & 0xf),
         unknown_mapping: flags & SAMPLE_UNKNOWN_MAPPING != 0,
         missing_table: flags & SAMPLE_MISSING_TABLE != 0,
+        stack_copy,
     })
 }
 
@@ -142,6 +161,7 @@ mod tests {
         let mut comm = [0u8; 16];
         comm[..4].copy_from_slice(b"busy");
         b.extend_from_slice(&comm);
+        b.extend_from_slice(&[0u8; 8]); // stack_bytes, reserved
         assert_eq!(b.len(), SAMPLE_HEADER_LEN);
         for f in kernel.iter().chain(user) {
             b.extend_from_slice(&f.to_ne_bytes());
@@ -186,6 +206,33 @@ mod tests {
         };
         assert_eq!(s.unwind_end, UnwindEnd::ReadFault);
         assert!(s.user_truncated && s.unknown_mapping && s.missing_table);
+        assert_eq!(s.stack_copy, None);
+    }
+
+    #[test]
+    fn decodes_a_stack_copy_after_the_frames_and_refuses_a_short_one() {
+        let mut b = sample_bytes(&[9], &[1], SAMPLE_STACK_COPY | (2 << SAMPLE_END_SHIFT));
+        b[56..60].copy_from_slice(&16u32.to_ne_bytes());
+        for v in [0x40_1000u64, 0x7ffe_0000, 0x7ffe_0040] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        b.extend_from_slice(&[7u8; 16]);
+        let Ok(Event::Sample(s)) = decode(&b) else {
+            panic!("not a sample")
+        };
+        assert_eq!(s.unwind_end, UnwindEnd::NoProcess);
+        assert_eq!(s.user_stack, vec![1]);
+        assert_eq!(
+            s.stack_copy,
+            Some(StackCopy {
+                pc: 0x40_1000,
+                sp: 0x7ffe_0000,
+                fp: 0x7ffe_0040,
+                stack: vec![7; 16],
+            })
+        );
+        b.truncate(b.len() - 1);
+        assert!(decode(&b).is_err());
     }
 
     #[test]

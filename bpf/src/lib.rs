@@ -45,6 +45,8 @@ pub use unwind::{
     MAX_PROCESS_MAPPINGS, MAX_TABLE_ROWS, MAX_UNWIND_TABLES, PROCESS_MAPPINGS_BYTES,
     UNWIND_ROW_SIZE, UnwindEnd, UnwindMapping, UnwindStats,
 };
+/// The most stack bytes a [`StackCopy`] holds.
+pub const STACK_COPY_BYTES: usize = event::STACK_COPY_BYTES;
 
 /// The most frames kept per stack; a stack that fills them is marked truncated.
 pub const MAX_FRAMES: usize = event::MAX_FRAMES;
@@ -150,6 +152,23 @@ pub struct Sample {
     pub unknown_mapping: bool,
     /// A frame was in a mapping whose table slot no longer holds its table.
     pub missing_table: bool,
+    /// For a process with no mappings yet ([`UnwindEnd::NoProcess`]): its user
+    /// registers and the top of its stack, to unwind once the tables are there
+    /// (`user_stack` holds the kernel's frame-pointer walk meanwhile).
+    pub stack_copy: Option<StackCopy>,
+}
+
+/// The user registers of a sample and a copy of the top of its stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackCopy {
+    /// Instruction pointer.
+    pub pc: u64,
+    /// Stack pointer: the address of `stack[0]`.
+    pub sp: u64,
+    /// Frame pointer (rbp).
+    pub fp: u64,
+    /// The stack from `sp` up (at most 8 KiB; less where the stack ends sooner).
+    pub stack: Vec<u8>,
 }
 
 /// Why the profiler could not start or run.

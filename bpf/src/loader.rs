@@ -61,6 +61,8 @@ pub struct Profiler {
     queue: Arc<Mutex<VecDeque<Event>>>,
     malformed: Arc<AtomicU64>,
     links: Vec<Link>,
+    /// The unwind tables loaded, by slot (also held by the outer map).
+    tables: std::collections::HashMap<u32, libbpf_rs::MapHandle>,
     object: Object,
     cpus: Vec<u32>,
     flags: u32,
@@ -244,6 +246,7 @@ impl Profiler {
             queue,
             malformed,
             links: Vec::new(),
+            tables: std::collections::HashMap::new(),
             object,
             cpus,
             flags: 0,
@@ -344,17 +347,27 @@ impl Profiler {
     /// (not 0; mappings name it, so that a slot given to another file is not
     /// mistaken for the old one).
     pub fn load_unwind_table(
-        &self,
+        &mut self,
         slot: u32,
         generation: u32,
         rows: &[u8],
     ) -> Result<(), BpfError> {
-        crate::unwind::load_table(&self.object, slot, generation, rows)
+        self.tables.remove(&slot);
+        let table = crate::unwind::load_table(&self.object, slot, generation, rows)?;
+        self.tables.insert(slot, table);
+        Ok(())
     }
 
     /// Empties an unwind table slot.
-    pub fn unload_unwind_table(&self, slot: u32) -> Result<(), BpfError> {
+    pub fn unload_unwind_table(&mut self, slot: u32) -> Result<(), BpfError> {
+        self.tables.remove(&slot);
         crate::unwind::unload_table(&self.object, slot)
+    }
+
+    /// Row `index` of the table in `slot`, encoded as loaded; `None` past its end or
+    /// for an empty slot.
+    pub fn unwind_row(&self, slot: u32, index: u32) -> Option<[u8; crate::UNWIND_ROW_SIZE]> {
+        crate::unwind::read_row(self.tables.get(&slot)?, index)
     }
 
     /// Gives the walker the executable mappings of process `pid` (sorted,

@@ -178,7 +178,7 @@ pub(crate) fn load_table(
     slot: u32,
     generation: u32,
     rows: &[u8],
-) -> Result<(), BpfError> {
+) -> Result<MapHandle, BpfError> {
     check_slot(slot)?;
     let count = rows.len() / UNWIND_ROW_SIZE;
     if generation == 0
@@ -227,8 +227,18 @@ pub(crate) fn load_table(
     find_map(object, MAP_TABLES)?
         .update(&slot.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
         .map_err(map_error(MAP_TABLES))?;
-    // The outer map holds the inner one now; our handle can go.
-    write_info(object, slot, generation, count as u32)
+    write_info(object, slot, generation, count as u32)?;
+    // Kept to read rows back (unwinding stack copies in user space).
+    Ok(inner)
+}
+
+/// Row `index` of a table, as loaded.
+pub(crate) fn read_row(table: &MapHandle, index: u32) -> Option<[u8; UNWIND_ROW_SIZE]> {
+    let value = table
+        .lookup(&index.to_ne_bytes(), MapFlags::ANY)
+        .ok()
+        .flatten()?;
+    value.try_into().ok()
 }
 
 /// Empties `slot`: walks that meet a mapping pointing at it use the frame

@@ -41,6 +41,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define MAX_FRAMES 127 /* per stack; kernel.perf_event_max_stack defaults to 127 */
 #define COMM_LEN 16
 #define FILENAME_LEN 256
+/* A process's first samples come before user space has given its mappings: they carry a
+ * copy of the top of the user stack (at most this), which user space unwinds once it has. */
+#define STACK_COPY_BYTES 8192
 
 enum event_kind {
 	EVENT_SAMPLE = 1,
@@ -54,6 +57,7 @@ enum event_kind {
 #define SAMPLE_USER_TRUNCATED (1U << 1)   /* the user walk did not reach the outermost frame */
 #define SAMPLE_UNKNOWN_MAPPING (1U << 2)  /* a pc outside every mapping user space gave */
 #define SAMPLE_MISSING_TABLE (1U << 3)    /* a mapping whose table is not loaded (any more) */
+#define SAMPLE_STACK_COPY (1U << 4)       /* registers and a stack copy follow the frames */
 #define SAMPLE_END_SHIFT 8                /* bits 8-11: enum unwind_end */
 
 struct sample_event {
@@ -67,9 +71,14 @@ struct sample_event {
 	u64 cgroup_id;     /* 24: bpf_get_current_cgroup_id (cgroup v2) */
 	u64 time_ns;       /* 32: bpf_ktime_get_ns, CLOCK_MONOTONIC */
 	char comm[COMM_LEN]; /* 40: NUL-padded */
-	u64 frames[2 * MAX_FRAMES]; /* 56: kernel frames, then user frames */
+	u32 stack_bytes;   /* 56: bytes of the stack copy (SAMPLE_STACK_COPY), else 0 */
+	u32 reserved;      /* 60 */
+	u64 frames[2 * MAX_FRAMES]; /* 64: kernel frames, then user frames */
+	/* After the frames present, with SAMPLE_STACK_COPY: the user pc, sp and fp, then
+	 * stack_bytes bytes of the user stack from sp. */
+	u8 tail[24 + STACK_COPY_BYTES];
 };
-#define SAMPLE_HEADER_LEN 56
+#define SAMPLE_HEADER_LEN 64
 
 struct process_event {
 	u32 kind;         /*  0: EVENT_EXEC, EVENT_FORK or EVENT_EXIT */
@@ -536,6 +545,38 @@ static long unwind_frame(u32 index, void *unused)
 	return 0;
 }
 
+/*
+ * For a process user space does not know yet: its user registers and as much of the top
+ * of its stack as can be read (8 KiB, or less near the top of the stack), placed after
+ * the `at` frames present, for user space to unwind once it has the tables.
+ */
+static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *regs, u32 at)
+{
+	u64 *out;
+	u8 *stack;
+	u64 sp;
+	u32 size = STACK_COPY_BYTES;
+
+	if (at > 2 * MAX_FRAMES)
+		return;
+	out = &e->frames[0] + at;
+	out[0] = BPF_CORE_READ(regs, ip);
+	out[1] = sp = BPF_CORE_READ(regs, sp);
+	out[2] = BPF_CORE_READ(regs, bp);
+	if (out[0] == 0 || sp == 0 || sp >= USER_ADDRESS_END)
+		return;
+	stack = (u8 *)(out + 3);
+	/* One read: it fails whole when it crosses the end of the stack mapping. */
+	for (int i = 0; i < 5; i++) {
+		if (bpf_probe_read_user(stack, size, (void *)sp) == 0) {
+			e->stack_bytes = size;
+			e->flags |= SAMPLE_STACK_COPY;
+			return;
+		}
+		size /= 2;
+	}
+}
+
 /* Walks the user stack of the current task into e->frames[first...]; returns the frames. */
 static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct scratch_space *s,
 				      u32 tgid, u32 first)
@@ -562,6 +603,7 @@ static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct sc
 			n = MAX_FRAMES;
 			e->flags |= SAMPLE_USER_TRUNCATED;
 		}
+		copy_stack(e, (struct pt_regs *)bpf_task_pt_regs(task), first + n);
 		return n;
 	}
 	regs = (struct pt_regs *)bpf_task_pt_regs(task);
@@ -633,7 +675,8 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	struct scratch_space *s;
 	struct sample_event *e;
 	long kernel_bytes;
-	u32 nk, nu, len;
+	u32 nk, nu;
+	u64 len;
 
 	if (!wanted(tgid))
 		return 0;
@@ -645,6 +688,8 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 
 	e->kind = EVENT_SAMPLE;
 	e->flags = 0;
+	e->stack_bytes = 0;
+	e->reserved = 0;
 	e->pid = tgid;
 	e->tid = (u32)pid_tgid;
 	e->cpu = bpf_get_smp_processor_id();
@@ -670,8 +715,13 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	e->user_frames = nu;
 
 	len = SAMPLE_HEADER_LEN + (nk + nu) * sizeof(u64);
+	if (e->flags & SAMPLE_STACK_COPY)
+		len += 24 + (e->stack_bytes & (2 * STACK_COPY_BYTES - 1));
+	/* The checked register must be the one passed: clang would pass an unchecked copy. */
+	barrier_var(len);
 	if (len > sizeof(*e))
 		len = sizeof(*e);
+	barrier_var(len);
 	if (bpf_ringbuf_output(&events, e, len, 0) < 0)
 		count_lost(LOST_SAMPLES);
 	return 0;

@@ -72,6 +72,7 @@ impl SampleSource for BpfSource {
                             unknown_mapping: s.unknown_mapping,
                             missing_table: s.missing_table,
                         },
+                        stack_copy: s.stack_copy,
                     }),
                     Event::Exec { pid, filename } => {
                         SourceEvent::Process(ProcessEvent::Exec { pid, filename })
@@ -125,6 +126,10 @@ impl UnwindMaps for BpfSource {
         self.profiler
             .set_process_mappings(pid, mappings)
             .map_err(|e| e.to_string())
+    }
+
+    fn read_row(&mut self, slot: u32, index: u32) -> Option<[u8; profcol_bpf::UNWIND_ROW_SIZE]> {
+        self.profiler.unwind_row(slot, index)
     }
 
     fn remove_process(&mut self, pid: u32) -> Result<(), String> {

@@ -67,6 +67,10 @@ pub struct RawSample {
     pub user_truncated: bool,
     /// What the sampler's walk of the user stack met.
     pub unwind: unwind::UnwindStatus,
+    /// For a process the walker did not know yet: its registers and the top of its
+    /// stack, unwound here once its tables are loaded (`user_stack` holds the
+    /// frame-pointer walk meanwhile).
+    pub stack_copy: Option<profcol_bpf::StackCopy>,
 }
 
 /// A process lifecycle event from the sampler (pids are thread-group ids).
@@ -197,6 +201,8 @@ pub struct Stats {
     pub files_rejected: u64,
     /// Symbolizer thread restarts ([`BadInputCounters::symbolizer_restarts`]).
     pub symbolizer_restarts: u64,
+    /// First samples of a process unwound here from their stack copy.
+    pub stack_copies_unwound: u64,
 }
 
 /// Turns samples and process events into batches. See the crate docs.
@@ -210,7 +216,13 @@ pub struct Engine {
     stats: Stats,
     counters: Arc<BadInputCounters>,
     unwinder: unwind::Unwinder,
+    /// Samples with a stack copy, waiting for their process's tables.
+    deferred: Vec<RawSample>,
 }
+
+/// Samples with stack copies held until the next sync at most (8 KiB each); more are
+/// added with the frame-pointer walk they carry.
+const MAX_DEFERRED_SAMPLES: usize = 1024;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -259,6 +271,7 @@ impl Engine {
             unwind::Unwinder::new(config.unwind_tables_max_memory_mib as usize * (1 << 20));
         Engine {
             unwinder,
+            deferred: Vec::new(),
             config,
             env,
             table,
@@ -297,6 +310,21 @@ impl Engine {
     pub fn sync_unwinding(&mut self, maps: &mut dyn unwind::UnwindMaps) {
         let now = self.env.clock.now_unix_nano();
         self.unwinder.sync(&mut self.table, maps, now);
+        for mut sample in std::mem::take(&mut self.deferred) {
+            if let Some(copy) = sample.stack_copy.take()
+                && let Some((frames, end)) =
+                    self.unwinder
+                        .walk_copy(sample.pid, &copy, maps, config::MAX_STACK_DEPTH as usize)
+                // The frame-pointer walk wins only where it went further than a walk
+                // that did not reach the end (frames past the copied 8 KiB).
+                && (end.is_complete() || frames.len() >= sample.user_stack.len())
+            {
+                sample.user_stack = frames;
+                sample.user_truncated = !end.is_complete();
+                self.stats.stack_copies_unwound += 1;
+            }
+            self.add_sample(sample, now);
+        }
     }
 
     /// The unwinder's counters.
@@ -309,18 +337,30 @@ impl Engine {
     pub fn on_sample(&mut self, sample: RawSample) {
         self.stats.samples_received += 1;
         let now = self.env.clock.now_unix_nano();
+        let pid = sample.pid;
+        let process = self.table.get_or_load(pid, now);
+        if !process.allowed {
+            self.stats.samples_filtered += 1;
+            self.unwinder.on_sample(pid, &sample.unwind, false);
+            return;
+        }
+        self.table.ensure_maps(pid, now);
+        self.unwinder.on_sample(pid, &sample.unwind, true);
+        if sample.stack_copy.is_some() && self.deferred.len() < MAX_DEFERRED_SAMPLES {
+            // Unwound at the next sync, once the process's tables are loaded.
+            self.deferred.push(sample);
+            return;
+        }
+        self.add_sample(sample, now);
+    }
+
+    /// Turns a sample of an allowed, loaded process into frames for the batch.
+    fn add_sample(&mut self, sample: RawSample, now: u64) {
         let max = self
             .config
             .max_stack_depth
             .clamp(1, config::MAX_STACK_DEPTH) as usize;
         let pid = sample.pid;
-        let process = self.table.get_or_load(pid, now);
-        if !process.allowed {
-            self.stats.samples_filtered += 1;
-            return;
-        }
-        self.table.ensure_maps(pid, now);
-        self.unwinder.on_sample(pid, &sample.unwind);
         let Some(process) = self.table.get(pid) else {
             return;
         };
@@ -377,6 +417,10 @@ impl Engine {
     /// take a while, so call it where a pause does not lose samples.
     pub fn flush(&mut self) -> Option<ProfileBatch> {
         let now = self.env.clock.now_unix_nano();
+        // A sampler that syncs never leaves any; one that does not gets its walks as sent.
+        for sample in std::mem::take(&mut self.deferred) {
+            self.add_sample(sample, now);
+        }
         self.table.expire(now);
         let builder = std::mem::replace(&mut self.builder, ProfileBuilder::new(now));
         if builder.is_empty() {

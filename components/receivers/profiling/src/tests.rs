@@ -63,6 +63,7 @@ fn sample(pid: u32, t: u64, user: Vec<u64>) -> RawSample {
         kernel_truncated: false,
         user_truncated: false,
         unwind: Default::default(),
+        stack_copy: None,
     }
 }
 

@@ -84,6 +84,8 @@ pub struct CacheStats {
 #[derive(Debug)]
 pub struct TableCache {
     entries: HashMap<TableKey, Entry>,
+    /// Each loaded slot's generation and rows.
+    slots: HashMap<u32, (u32, u32)>,
     free_slots: Vec<u32>,
     next_generation: u32,
     budget_bytes: usize,
@@ -98,6 +100,7 @@ impl TableCache {
     pub fn new(budget_bytes: usize, slots: u32) -> Self {
         TableCache {
             entries: HashMap::new(),
+            slots: HashMap::new(),
             free_slots: (1..=slots).rev().collect(),
             next_generation: 1,
             budget_bytes,
@@ -165,9 +168,12 @@ impl TableCache {
         }
     }
 
-    /// Whether the table of `key` is in BPF under `generation` (a sample said it was not).
-    pub fn is_loaded(&self, key: &TableKey, generation: u32) -> bool {
-        matches!(self.entries.get(key), Some(Entry::Loaded(t)) if t.generation == generation)
+    /// The rows of the table in `slot`, when it holds `generation`.
+    pub fn rows_in(&self, slot: u32, generation: u32) -> Option<u32> {
+        self.slots
+            .get(&slot)
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, rows)| *rows)
     }
 
     /// Marks a table as used now (a sample's frame was in it).
@@ -232,6 +238,8 @@ impl TableCache {
             self.free_slots.push(slot);
             return Err(NotLoaded::NoTable);
         }
+        self.slots
+            .insert(slot, (generation, u32::try_from(table.len()).unwrap_or(0)));
         self.stats.loaded += 1;
         self.stats.tables += 1;
         self.stats.bytes += bytes;
@@ -264,6 +272,7 @@ impl TableCache {
                     tracing::warn!(slot = t.slot, "unloading an unwind table failed: {e}");
                 }
                 self.free_slots.push(t.slot);
+                self.slots.remove(&t.slot);
                 self.stats.tables -= 1;
                 self.stats.bytes -= t.bytes;
                 self.stats.evicted += 1;

@@ -50,6 +50,7 @@ pub struct UnwinderStats {
 
 #[derive(Debug)]
 struct Given {
+    mappings: Vec<UnwindMapping>,
     keys: Vec<TableKey>,
     loaded_at: Instant,
     /// [`Process::maps_version`] of the mappings given.
@@ -100,16 +101,21 @@ impl Unwinder {
         }
     }
 
-    /// Notes what a sample's walk met.
-    pub fn on_sample(&mut self, pid: u32, status: &UnwindStatus) {
+    /// Notes what a sample's walk met. A process whose samples are dropped (`allowed`
+    /// false) is given no mappings at all, only so that its samples stop carrying stack
+    /// copies.
+    pub fn on_sample(&mut self, pid: u32, status: &UnwindStatus, allowed: bool) {
         if pid == 0 {
             return;
         }
-        self.sampled.insert(pid);
         let given = self.given.contains_key(&pid);
         if status.end == Some(UnwindEnd::NoProcess) && !given {
             self.pending.entry(pid).or_default();
         }
+        if !allowed {
+            return;
+        }
+        self.sampled.insert(pid);
         if given && (status.unknown_mapping || status.missing_table) {
             let due = self.pending.entry(pid).or_default();
             due.unknown_mapping |= status.unknown_mapping;
@@ -163,7 +169,7 @@ impl Unwinder {
             let Some(process) = table.get(pid) else {
                 continue;
             };
-            if !process.loaded || !process.allowed || process.exited_at.is_some() {
+            if (!process.loaded || process.exited_at.is_some()) && process.allowed {
                 continue;
             }
             let same_maps = self
@@ -175,13 +181,19 @@ impl Unwinder {
             }
             let procfs = table.procfs().clone();
             let maps_version = process.maps_version;
-            let (mappings, keys) = self.mappings_of(process, &procfs, maps);
+            let (mappings, keys) = if process.allowed {
+                self.mappings_of(process, &procfs, maps)
+            } else {
+                // Its samples are dropped: no tables, and no stack copies either.
+                (Vec::new(), Vec::new())
+            };
             self.process_loads += 1;
             match maps.set_process(pid, &mappings) {
                 Ok(()) => {
                     self.given.insert(
                         pid,
                         Given {
+                            mappings,
                             keys,
                             loaded_at: Instant::now(),
                             maps_version,
@@ -191,6 +203,28 @@ impl Unwinder {
                 Err(e) => self.error(&e),
             }
         }
+    }
+
+    /// Unwinds a stack copy of `pid` (taken before it had mappings in BPF) with the
+    /// mappings and tables it has been given since. `None` when it has none.
+    pub fn walk_copy(
+        &mut self,
+        pid: u32,
+        copy: &profcol_bpf::StackCopy,
+        maps: &mut dyn UnwindMaps,
+        max_frames: usize,
+    ) -> Option<(Vec<u64>, UnwindEnd)> {
+        let given = self.given.get(&pid)?;
+        let mut rows = LoadedRows {
+            cache: &self.cache,
+            maps,
+        };
+        Some(super::walk::walk_copy(
+            copy,
+            &given.mappings,
+            &mut rows,
+            max_frames,
+        ))
     }
 
     fn error(&mut self, message: &str) {
@@ -236,6 +270,22 @@ impl Unwinder {
             out.push(entry);
         }
         (out, keys)
+    }
+}
+
+/// The tables as loaded: counts from the cache, rows read back from BPF.
+struct LoadedRows<'a> {
+    cache: &'a TableCache,
+    maps: &'a mut dyn UnwindMaps,
+}
+
+impl super::walk::Rows for LoadedRows<'_> {
+    fn count(&self, slot: u32, generation: u32) -> Option<u32> {
+        self.cache.rows_in(slot, generation)
+    }
+
+    fn row(&mut self, slot: u32, index: u32) -> Option<super::row::Row> {
+        super::row::Row::decode(&self.maps.read_row(slot, index)?)
     }
 }
 

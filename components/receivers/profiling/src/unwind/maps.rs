@@ -14,4 +14,6 @@ pub trait UnwindMaps {
     fn set_process(&mut self, pid: u32, mappings: &[UnwindMapping]) -> Result<(), String>;
     /// Forgets `pid`.
     fn remove_process(&mut self, pid: u32) -> Result<(), String>;
+    /// Row `index` of the table in `slot`, encoded, as loaded.
+    fn read_row(&mut self, slot: u32, index: u32) -> Option<[u8; super::row::ROW_SIZE]>;
 }

@@ -10,7 +10,9 @@
 //! - [`cache`]: [`cache::TableCache`], the tables in BPF, one per file identity, LRU
 //!   under a memory budget;
 //! - [`manager`]: [`Unwinder`], which gives each sampled process its mappings;
-//! - [`maps`]: [`UnwindMaps`], the BPF side as the unwinder sees it.
+//! - [`maps`]: [`UnwindMaps`], the BPF side as the unwinder sees it;
+//! - [`walk`]: the walker's algorithm in user space, for the stack copies of a process's
+//!   first samples.
 
 pub mod builder;
 pub mod cache;
@@ -19,6 +21,7 @@ pub mod manager;
 pub mod maps;
 pub mod row;
 pub mod table;
+pub mod walk;
 pub mod x86_64;
 
 #[cfg(test)]

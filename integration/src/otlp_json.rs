@@ -15,6 +15,8 @@ pub struct Resolved {
     pub frame_types: Vec<String>,
     /// Observations: timestamp count, or the sum of values.
     pub count: u64,
+    /// The sample's timestamps (Unix ns).
+    pub timestamps: Vec<u64>,
 }
 
 fn any_value(v: &serde_json::Value) -> String {
@@ -116,11 +118,18 @@ pub fn read_samples(path: &Path) -> Vec<Resolved> {
                             Some(v) if !v.is_empty() => v.iter().map(idx).sum::<usize>() as u64,
                             _ => smp["timestampsUnixNano"].as_array().map_or(0, Vec::len) as u64,
                         };
+                        let timestamps = smp["timestampsUnixNano"]
+                            .as_array()
+                            .unwrap_or(&empty)
+                            .iter()
+                            .map(|t| idx(t) as u64)
+                            .collect();
                         out.push(Resolved {
                             resource: resource.clone(),
                             frames,
                             frame_types,
                             count,
+                            timestamps,
                         });
                     }
                 }

@@ -60,6 +60,10 @@ enum event_kind {
 #define SAMPLE_STACK_COPY (1U << 4)       /* registers and a stack copy follow the frames */
 #define SAMPLE_END_SHIFT 8                /* bits 8-11: enum unwind_end */
 
+/* A user frame whose address is where the code was, not a return address (which points
+ * after a call): a signal trampoline, and the instruction a signal interrupted. */
+#define FRAME_EXACT (1ULL << 63)
+
 struct sample_event {
 	u32 kind;          /*  0: EVENT_SAMPLE */
 	u32 flags;         /*  4: SAMPLE_* */
@@ -522,24 +526,31 @@ static __always_inline long step(struct walk *w, struct process_mappings *pm)
 /* bpf_loop callback: records the frame at w->pc and finds its caller. */
 static long unwind_frame(u32 index, void *unused)
 {
-	u32 zero = 0, slot;
+	u32 zero = 0;
 	struct scratch_space *s = bpf_map_lookup_elem(&scratch, &zero);
 	struct process_mappings *pm;
 	struct walk *w;
+	u64 *frame, slot; /* 64-bit: a u32 is checked and used as two copies */
 
 	if (!s)
 		return 1;
 	w = &s->walk;
-	slot = w->first + w->n;
+	slot = (u64)w->first + w->n;
 	if (slot >= 2 * MAX_FRAMES)
 		return walk_end(w, END_DEPTH);
-	s->event.frames[slot] = w->pc;
+	frame = &s->event.frames[slot];
+	/* The leaf needs no mark: the first frame is always exact. */
+	*frame = w->pc | (w->exact && w->n > 0 ? FRAME_EXACT : 0);
 	w->n++;
 	pm = bpf_map_lookup_elem(&process_mappings, &w->pid);
 	if (!pm) /* removed by user space meanwhile (the process exited) */
 		return walk_end(w, END_NO_PROCESS);
 	if (step(w, pm))
 		return 1;
+	/* A signal frame's step leaves the interrupted pc exact; the trampoline is named by
+	 * its own address too (its unwind entry starts a byte early, for the lookup). */
+	if (w->exact)
+		*frame |= FRAME_EXACT;
 	if (w->n >= MAX_FRAMES)
 		return walk_end(w, END_DEPTH);
 	return 0;

@@ -10,7 +10,7 @@
  *   chain    main -> chain_outer -> chain_middle -> chain_leaf
  *   qsort    main -> sort_driver -> qsort (libc, no frame pointers) -> compare_slowly
  *   thread   (a pthread) thread_start -> thread_work
- *   recurse  main -> recurse (60 deep) -> recurse_leaf
+ *   recurse  main -> recurse (60 deep, or DEPTH given as a third argument) -> recurse_leaf
  *   signal   main -> signal_driver, interrupted by SIGPROF -> on_signal -> signal_work
  *
  * It prints "ready" once set up, so a test knows the process is there.
@@ -169,7 +169,7 @@ int main(int argc, char **argv)
 		pthread_create(&t, NULL, thread_start, NULL);
 		pthread_join(t, NULL);
 	} else if (strcmp(mode, "recurse") == 0) {
-		r = recurse(60, seconds);
+		r = recurse(argc > 3 ? atoi(argv[3]) : 60, seconds);
 	} else if (strcmp(mode, "signal") == 0) {
 		r = signal_driver(seconds);
 	} else {

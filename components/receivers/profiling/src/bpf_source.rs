@@ -10,6 +10,9 @@ use crate::receiver::{SampleSource, SourceError, SourceEvent, SourceOpener};
 use crate::unwind::{UnwindMaps, UnwindStatus};
 use crate::{ProcessEvent, RawSample};
 
+/// The BPF ring buffer's size.
+const RING_BUFFER_BYTES: usize = 1 << 20;
+
 /// Opens the eBPF sampler with the receiver's frequency and pid filters (applied in BPF,
 /// before any stack is taken). profcol does not sample itself.
 pub struct BpfOpener;
@@ -25,6 +28,9 @@ impl SourceOpener for BpfOpener {
             include_pids: config.include.pids.clone(),
             exclude_pids: config.exclude.pids.clone(),
             exclude_self: true,
+            // A process's first samples carry 8 KiB of stack each: room for a burst of
+            // them (a node's processes at start) while tables are built.
+            ring_buffer_bytes: RING_BUFFER_BYTES,
             ..ProfilerConfig::default()
         };
         let profiler = Profiler::start(&settings).map_err(|e| SourceError(e.to_string()))?;

@@ -216,13 +216,16 @@ pub struct Engine {
     stats: Stats,
     counters: Arc<BadInputCounters>,
     unwinder: unwind::Unwinder,
-    /// Samples with a stack copy, waiting for their process's tables.
-    deferred: Vec<RawSample>,
+    /// Samples with a stack copy, waiting for their process's tables, and when they came.
+    deferred: Vec<(RawSample, u64)>,
 }
 
-/// Samples with stack copies held until the next sync at most (8 KiB each); more are
-/// added with the frame-pointer walk they carry.
+/// Samples with stack copies held at most (8 KiB each); more are added with the
+/// frame-pointer walk they carry.
 const MAX_DEFERRED_SAMPLES: usize = 1024;
+/// How long a sample waits at most for its process's tables (they come within
+/// milliseconds of a sync; this only bounds what a stuck builder could hold).
+const MAX_DEFER_NANOS: u64 = 30_000_000_000;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -310,7 +313,13 @@ impl Engine {
     pub fn sync_unwinding(&mut self, maps: &mut dyn unwind::UnwindMaps) {
         let now = self.env.clock.now_unix_nano();
         self.unwinder.sync(&mut self.table, maps, now);
-        for mut sample in std::mem::take(&mut self.deferred) {
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|(sample, at)| {
+                !self.unwinder.is_waiting(sample.pid) || now.saturating_sub(*at) > MAX_DEFER_NANOS
+            });
+        self.deferred = waiting;
+        for (mut sample, _) in ready {
             if let Some(copy) = sample.stack_copy.take()
                 && let Some((frames, end)) =
                     self.unwinder
@@ -323,6 +332,15 @@ impl Engine {
                 sample.user_truncated = !end.is_complete();
                 self.stats.stack_copies_unwound += 1;
             }
+            self.add_sample(sample, now);
+        }
+    }
+
+    /// Adds the samples still waiting for their tables, with the walk they were sent
+    /// with: before the last flush, when the receiver stops.
+    pub fn drain_deferred(&mut self) {
+        let now = self.env.clock.now_unix_nano();
+        for (sample, _) in std::mem::take(&mut self.deferred) {
             self.add_sample(sample, now);
         }
     }
@@ -347,8 +365,8 @@ impl Engine {
         self.table.ensure_maps(pid, now);
         self.unwinder.on_sample(pid, &sample.unwind, true);
         if sample.stack_copy.is_some() && self.deferred.len() < MAX_DEFERRED_SAMPLES {
-            // Unwound at the next sync, once the process's tables are loaded.
-            self.deferred.push(sample);
+            // Unwound at a sync, once the process's tables are loaded.
+            self.deferred.push((sample, now));
             return;
         }
         self.add_sample(sample, now);
@@ -370,7 +388,7 @@ impl Engine {
             && user
                 .iter()
                 .enumerate()
-                .any(|(i, &a)| process.find_mapping(caller_address(i, a)).is_none())
+                .any(|(i, &a)| process.find_mapping(user_address(i, a)).is_none())
         {
             self.table.refresh_maps(pid, now);
         }
@@ -387,7 +405,7 @@ impl Engine {
             frames.push(Frame::Truncated);
         }
         for (i, &addr) in user.iter().enumerate() {
-            let addr = caller_address(i, addr);
+            let addr = user_address(i, addr);
             frames.push(match process.find_mapping(addr) {
                 Some(m) => Frame::User {
                     mapping: self.builder.mapping(pid, m),
@@ -417,8 +435,12 @@ impl Engine {
     /// take a while, so call it where a pause does not lose samples.
     pub fn flush(&mut self) -> Option<ProfileBatch> {
         let now = self.env.clock.now_unix_nano();
-        // A sampler that syncs never leaves any; one that does not gets its walks as sent.
-        for sample in std::mem::take(&mut self.deferred) {
+        // Samples whose tables never came go with the walk they were sent with.
+        let (stale, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|(_, at)| now.saturating_sub(*at) > MAX_DEFER_NANOS);
+        self.deferred = waiting;
+        for (sample, _) in stale {
             self.add_sample(sample, now);
         }
         self.table.expire(now);
@@ -497,6 +519,16 @@ fn caller_address(index: usize, addr: u64) -> u64 {
         addr
     } else {
         addr.saturating_sub(1)
+    }
+}
+
+/// A user frame's address: as is where the walker marked it exact (a signal trampoline,
+/// an interrupted instruction), else as [`caller_address`] says.
+fn user_address(index: usize, frame: u64) -> u64 {
+    if frame & unwind::walk::FRAME_EXACT != 0 {
+        frame & !unwind::walk::FRAME_EXACT
+    } else {
+        caller_address(index, frame)
     }
 }
 

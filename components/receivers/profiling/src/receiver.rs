@@ -28,6 +28,16 @@ pub const PROCESSES_METRIC: &str = "otelcol_receiver_profiling_processes";
 pub const SAMPLES_LOST_METRIC: &str = "otelcol_receiver_profiling_samples_lost_total";
 pub const FILES_REJECTED_METRIC: &str = "otelcol_receiver_profiling_files_rejected_total";
 pub const SYMBOLIZER_RESTARTS_METRIC: &str = "otelcol_receiver_profiling_symbolizer_restarts_total";
+pub const UNWIND_ENDS_METRIC: &str = "otelcol_receiver_profiling_unwind_ends_total";
+pub const UNWIND_FRAMES_METRIC: &str = "otelcol_receiver_profiling_unwind_frames_total";
+pub const UNWIND_TABLES_METRIC: &str = "otelcol_receiver_profiling_unwind_tables";
+pub const UNWIND_TABLE_BYTES_METRIC: &str = "otelcol_receiver_profiling_unwind_table_bytes";
+pub const UNWIND_TABLES_LOADED_METRIC: &str =
+    "otelcol_receiver_profiling_unwind_tables_loaded_total";
+pub const UNWIND_TABLES_EVICTED_METRIC: &str =
+    "otelcol_receiver_profiling_unwind_tables_evicted_total";
+pub const UNWIND_TABLES_FAILED_METRIC: &str =
+    "otelcol_receiver_profiling_unwind_tables_failed_total";
 
 /// What a sampler reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +176,13 @@ impl Receiver for ProfilingReceiver {
     }
 }
 
+/// The unwinding counters as last reported.
+#[derive(Default)]
+struct Unwinding {
+    walker: profcol_bpf::UnwindStats,
+    cache: crate::unwind::cache::CacheStats,
+}
+
 struct Loop {
     id: String,
     output: ReceiverOutput,
@@ -191,6 +208,7 @@ impl Loop {
         tracing::info!(id = %self.id, processes = engine.stats().processes_tracked, "profiling receiver started");
         let mut reported = Stats::default();
         let mut reported_lost = 0u64;
+        let mut reported_unwinding = Unwinding::default();
         let mut next_flush = Instant::now() + interval;
         let result = loop {
             if self.shutdown.is_cancelled() {
@@ -216,6 +234,7 @@ impl Loop {
             if now >= next_flush {
                 self.flush(&mut engine, &mut reported);
                 self.report_lost(source.lost_samples(), &mut reported_lost);
+                self.report_unwinding(&engine, source.as_ref(), &mut reported_unwinding);
                 next_flush += interval;
                 if next_flush <= now {
                     next_flush = now + interval;
@@ -223,9 +242,94 @@ impl Loop {
             }
         };
         // What was sampled before shutdown still goes out.
+        engine.drain_deferred();
         self.flush(&mut engine, &mut reported);
         self.report_lost(source.lost_samples(), &mut reported_lost);
+        self.report_unwinding(&engine, source.as_ref(), &mut reported_unwinding);
         result
+    }
+
+    fn report_unwinding(
+        &self,
+        engine: &Engine,
+        source: &dyn SampleSource,
+        reported: &mut Unwinding,
+    ) {
+        let id = self.id.as_str();
+        if let Some(walker) = source.unwind_stats() {
+            for (i, end) in profcol_bpf::UnwindEnd::ALL.iter().enumerate() {
+                self.telemetry
+                    .counter(
+                        UNWIND_ENDS_METRIC,
+                        "User stack walks, by why they ended (outermost and frame_pointer_chain reached the end of the stack).",
+                        &[("receiver", id), ("reason", end.name())],
+                    )
+                    .add(walker.ends[i].saturating_sub(reported.walker.ends[i]));
+            }
+            for (method, now, before) in [
+                (
+                    "table",
+                    walker.frames_from_tables,
+                    reported.walker.frames_from_tables,
+                ),
+                (
+                    "frame_pointer",
+                    walker.frames_from_frame_pointers,
+                    reported.walker.frames_from_frame_pointers,
+                ),
+            ] {
+                self.telemetry
+                    .counter(
+                        UNWIND_FRAMES_METRIC,
+                        "Callers found by the BPF stack walker, by how.",
+                        &[("receiver", id), ("method", method)],
+                    )
+                    .add(now.saturating_sub(before));
+            }
+            reported.walker = walker;
+        }
+        let now = engine.unwinder_stats().cache;
+        let labels = [("receiver", id)];
+        let gauge = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        self.telemetry
+            .gauge(
+                UNWIND_TABLES_METRIC,
+                "Unwind tables loaded in BPF.",
+                &labels,
+            )
+            .set(gauge(now.tables));
+        self.telemetry
+            .gauge(
+                UNWIND_TABLE_BYTES_METRIC,
+                "Bytes of unwind tables loaded in BPF (unwind_tables_max_memory_mib bounds them).",
+                &labels,
+            )
+            .set(gauge(now.bytes));
+        for (name, help, now, before) in [
+            (
+                UNWIND_TABLES_LOADED_METRIC,
+                "Unwind tables built and loaded into BPF.",
+                now.loaded,
+                reported.cache.loaded,
+            ),
+            (
+                UNWIND_TABLES_EVICTED_METRIC,
+                "Unwind tables evicted, least recently used first, to stay in the memory budget.",
+                now.evicted,
+                reported.cache.evicted,
+            ),
+            (
+                UNWIND_TABLES_FAILED_METRIC,
+                "Mapped files with no unwind table (no or unreadable .eh_frame, refused, too large): their frames use the frame pointer.",
+                now.failed,
+                reported.cache.failed,
+            ),
+        ] {
+            self.telemetry
+                .counter(name, help, &labels)
+                .add(now.saturating_sub(before));
+        }
+        reported.cache = now;
     }
 
     fn report_lost(&self, lost: u64, reported: &mut u64) {

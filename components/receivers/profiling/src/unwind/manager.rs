@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use profcol_bpf::{MAX_PROCESS_MAPPINGS, MAX_UNWIND_TABLES, UnwindEnd};
 
-use super::cache::{CacheStats, TableCache, TableKey};
+use super::cache::{CacheStats, Lookup, TableCache, TableKey};
 use super::maps::{UnwindMapping, UnwindMaps};
 use crate::elf::ElfFile;
 use crate::process::{FileKey, Mapping, MappingKind, Process, ProcessTable, makedev};
@@ -22,6 +22,8 @@ use crate::safe_file::{Identity, VerifiedFile};
 
 /// The least time between two loads of one process's mappings.
 pub const RESYNC_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest a process waits for its tables before it is given without them.
+const MAX_TABLE_WAIT: Duration = Duration::from_secs(2);
 /// Processes loaded per sync at most: a burst of new processes is spread over polls.
 const MAX_LOADS_PER_SYNC: usize = 64;
 
@@ -55,6 +57,8 @@ struct Given {
     loaded_at: Instant,
     /// [`Process::maps_version`] of the mappings given.
     maps_version: u64,
+    /// Tables of its files are still being built: it is given again when they are.
+    waiting: bool,
 }
 
 /// Why a process is due to be given (again).
@@ -64,6 +68,8 @@ struct Due {
     unknown_mapping: bool,
     /// A table that was not loaded.
     missing_table: bool,
+    /// A table it waited for was built.
+    tables_ready: bool,
 }
 
 /// See the module docs.
@@ -74,6 +80,10 @@ pub struct Unwinder {
     pending: HashMap<u32, Due>,
     removed: Vec<u32>,
     sampled: HashSet<u32>,
+    /// Processes waiting for a table that is being built.
+    waiting: HashMap<TableKey, HashSet<u32>>,
+    /// Processes not given yet because their tables are being built, since when.
+    held: HashMap<u32, Instant>,
     process_loads: u64,
     errors: u64,
 }
@@ -87,6 +97,8 @@ impl Unwinder {
             pending: HashMap::new(),
             removed: Vec::new(),
             sampled: HashSet::new(),
+            waiting: HashMap::new(),
+            held: HashMap::new(),
             process_loads: 0,
             errors: 0,
         }
@@ -129,11 +141,33 @@ impl Unwinder {
             self.removed.push(pid);
         }
         self.pending.remove(&pid);
+        self.held.remove(&pid);
+    }
+
+    /// Whether `pid` is still to be given (or given again) its mappings: its stack
+    /// copies are worth holding until it is.
+    pub fn is_waiting(&self, pid: u32) -> bool {
+        self.pending.contains_key(&pid)
+            || self.held.contains_key(&pid)
+            || self.given.get(&pid).is_some_and(|g| g.waiting)
     }
 
     /// Writes what the samples since the last sync asked for.
     pub fn sync(&mut self, table: &mut ProcessTable, maps: &mut dyn UnwindMaps, now: u64) {
         self.cache.next_tick();
+        for key in self.cache.finish_builds(maps) {
+            for pid in self.waiting.remove(&key).unwrap_or_default() {
+                if self.given.contains_key(&pid) || self.held.contains_key(&pid) {
+                    self.pending.entry(pid).or_default().tables_ready = true;
+                }
+            }
+        }
+        // Held past the wait: given with what is there.
+        for (&pid, since) in &self.held {
+            if since.elapsed() >= MAX_TABLE_WAIT {
+                self.pending.entry(pid).or_default().tables_ready = true;
+            }
+        }
         for pid in std::mem::take(&mut self.removed) {
             if let Err(e) = maps.remove_process(pid) {
                 self.error(&e);
@@ -152,8 +186,10 @@ impl Unwinder {
             .iter()
             .map(|(&pid, &due)| (pid, due))
             .filter(|(pid, due)| {
-                // A new mapping is worth giving at once; a missing table waits its turn.
+                // A new mapping or a new table is worth giving at once; a missing table
+                // waits its turn.
                 due.unknown_mapping
+                    || due.tables_ready
                     || self
                         .given
                         .get(pid)
@@ -176,17 +212,40 @@ impl Unwinder {
                 .given
                 .get(&pid)
                 .is_some_and(|g| g.maps_version == process.maps_version);
-            if same_maps && !due.missing_table {
+            if same_maps && !due.missing_table && !due.tables_ready {
                 continue;
             }
             let procfs = table.procfs().clone();
             let maps_version = process.maps_version;
-            let (mappings, keys) = if process.allowed {
-                self.mappings_of(process, &procfs, maps)
+            let (mappings, keys, waiting) = if process.allowed {
+                self.mappings_of(process, &procfs)
             } else {
                 // Its samples are dropped: no tables, and no stack copies either.
-                (Vec::new(), Vec::new())
+                (Vec::new(), Vec::new(), false)
             };
+            // A process is first given once its tables are built: until then its
+            // samples keep their stack copies, to be unwound with them.
+            if waiting && !self.given.contains_key(&pid) {
+                let since = *self.held.entry(pid).or_insert_with(Instant::now);
+                if since.elapsed() < MAX_TABLE_WAIT {
+                    continue;
+                }
+            }
+            if let Some(since) = self.held.remove(&pid) {
+                tracing::debug!(
+                    pid,
+                    waited_ms = since.elapsed().as_millis() as u64,
+                    waiting,
+                    "process held for its tables"
+                );
+            }
+            tracing::debug!(
+                pid,
+                mappings = mappings.len(),
+                tables = keys.len(),
+                waiting,
+                "giving the walker a process"
+            );
             self.process_loads += 1;
             match maps.set_process(pid, &mappings) {
                 Ok(()) => {
@@ -197,6 +256,7 @@ impl Unwinder {
                             keys,
                             loaded_at: Instant::now(),
                             maps_version,
+                            waiting,
                         },
                     );
                 }
@@ -235,15 +295,16 @@ impl Unwinder {
     }
 
     /// The walker's view of a process: every executable mapping (so that none looks
-    /// unknown), with its file's table where one could be built.
+    /// unknown), with its file's table where one is loaded. Also the keys of the tables
+    /// used, and whether any is still being built (the process then waits for it).
     fn mappings_of(
         &mut self,
         process: &Process,
         procfs: &crate::process::ProcFs,
-        maps: &mut dyn UnwindMaps,
-    ) -> (Vec<UnwindMapping>, Vec<TableKey>) {
+    ) -> (Vec<UnwindMapping>, Vec<TableKey>, bool) {
         let mut out = Vec::with_capacity(process.mappings.len().min(MAX_PROCESS_MAPPINGS));
         let mut keys = Vec::new();
+        let mut waiting = false;
         for m in process.mappings.iter().take(MAX_PROCESS_MAPPINGS) {
             if m.start >= m.end || out.last().is_some_and(|l: &UnwindMapping| l.end > m.start) {
                 continue;
@@ -256,20 +317,28 @@ impl Unwinder {
                 generation: 0,
             };
             if let Some(key) = table_key(m) {
-                let mut open = || open_elf(m, procfs, process.pid);
-                if let Some(t) = self
-                    .cache
-                    .table_for(&key, m.start, m.offset, &mut open, maps)
-                {
-                    entry.table = t.slot;
-                    entry.generation = t.generation;
-                    entry.bias = t.bias;
-                    keys.push(key);
+                let open = if m.kind == MappingKind::Vdso {
+                    vdso_opener()
+                } else {
+                    opener(m, procfs, process.pid)
+                };
+                match self.cache.table_for(&key, m.start, m.offset, open) {
+                    Lookup::Ready(t) => {
+                        entry.table = t.slot;
+                        entry.generation = t.generation;
+                        entry.bias = t.bias;
+                        keys.push(key);
+                    }
+                    Lookup::Pending => {
+                        waiting = true;
+                        self.waiting.entry(key).or_default().insert(process.pid);
+                    }
+                    Lookup::Absent => {}
                 }
             }
             out.push(entry);
         }
-        (out, keys)
+        (out, keys, waiting)
     }
 }
 
@@ -289,8 +358,25 @@ impl super::walk::Rows for LoadedRows<'_> {
     }
 }
 
-/// The table key of a file mapping whose file was read as ELF and not refused.
+/// The vDSO's key: every process has the same one, the running kernel's.
+const VDSO_KEY: TableKey = TableKey {
+    dev: u64::MAX,
+    inode: u64::MAX,
+    build_id: None,
+};
+
+/// The vDSO's image, read out of profcol's own memory (the same kernel maps the same
+/// one into every process).
+fn vdso_opener() -> super::cache::Opener {
+    Box::new(|| crate::symbolize::read_own_vdso().and_then(|image| ElfFile::from_bytes(image).ok()))
+}
+
+/// The table key of a file mapping whose file was read as ELF and not refused, or of
+/// the vDSO.
 fn table_key(m: &Mapping) -> Option<TableKey> {
+    if m.kind == MappingKind::Vdso {
+        return Some(VDSO_KEY);
+    }
     if m.kind != MappingKind::File {
         return None;
     }
@@ -312,21 +398,24 @@ fn table_key(m: &Mapping) -> Option<TableKey> {
     })
 }
 
-/// The mapped file, checked to be the very inode mapped.
-fn open_elf(m: &Mapping, procfs: &crate::process::ProcFs, pid: u32) -> Option<ElfFile> {
+/// Opens the mapped file, checked to be the very inode mapped (on the builder thread).
+fn opener(m: &Mapping, procfs: &crate::process::ProcFs, pid: u32) -> super::cache::Opener {
     let expected = Identity {
         dev: Some(makedev(m.dev_major, m.dev_minor)),
         inode: m.inode,
     };
-    for location in m.locations(procfs, pid) {
-        let Ok(file) = VerifiedFile::open(&location, Some(expected)) else {
-            continue;
-        };
-        let size = file.size();
-        return file
-            .try_clone_file()
-            .ok()
-            .and_then(|f| ElfFile::from_file(f, size).ok());
-    }
-    None
+    let locations = m.locations(procfs, pid);
+    Box::new(move || {
+        for location in &locations {
+            let Ok(file) = VerifiedFile::open(location, Some(expected)) else {
+                continue;
+            };
+            let size = file.size();
+            return file
+                .try_clone_file()
+                .ok()
+                .and_then(|f| ElfFile::from_file(f, size).ok());
+        }
+        None
+    })
 }

@@ -156,8 +156,13 @@ fn find_row(rows: &mut dyn Rows, slot: u32, count: u32, pc: u32) -> Option<Row> 
     rows.row(slot, lo.checked_sub(1)?)
 }
 
+/// Marks a frame whose address is where the code was, not a return address: a signal
+/// trampoline and the instruction the signal interrupted (as the BPF walker marks them).
+pub const FRAME_EXACT: u64 = 1 << 63;
+
 /// Unwinds a stack copy: the frames (the pc, then return addresses; after a signal
-/// frame, the interrupted pc) and why the walk ended.
+/// frame, the interrupted pc, marked [`FRAME_EXACT`] as the trampoline is) and why the
+/// walk ended.
 pub fn walk_copy(
     copy: &StackCopy,
     mappings: &[UnwindMapping],
@@ -176,9 +181,15 @@ pub fn walk_copy(
         return (frames, UnwindEnd::NoUserStack);
     }
     loop {
-        frames.push(walk.pc);
+        let exact = walk.exact && !frames.is_empty();
+        frames.push(walk.pc | if exact { FRAME_EXACT } else { 0 });
         if let Err(end) = walk.step(frames.len() == 1, mappings, rows) {
             return (frames, end);
+        }
+        if walk.exact
+            && let Some(last) = frames.last_mut()
+        {
+            *last |= FRAME_EXACT;
         }
         if frames.len() >= max_frames {
             return (frames, UnwindEnd::Depth);

@@ -37,14 +37,16 @@ mod loader;
 mod perf;
 mod privileges;
 mod unwind;
+mod unwind_types;
 
 pub use clock::monotonic_to_unix_nanos_offset;
 pub use loader::Profiler;
 pub use privileges::check_privileges;
 pub use unwind::{
     MAX_PROCESS_MAPPINGS, MAX_TABLE_ROWS, MAX_UNWIND_TABLES, PROCESS_MAPPINGS_BYTES,
-    UNWIND_ROW_SIZE, UnwindEnd, UnwindMapping, UnwindStats,
+    UNWIND_ROW_SIZE, UnwindStats,
 };
+pub use unwind_types::{StackCopy, UnwindEnd, UnwindMapping};
 /// The most stack bytes a [`StackCopy`] holds.
 pub const STACK_COPY_BYTES: usize = event::STACK_COPY_BYTES;
 
@@ -156,19 +158,6 @@ pub struct Sample {
     /// registers and the top of its stack, to unwind once the tables are there
     /// (`user_stack` holds the kernel's frame-pointer walk meanwhile).
     pub stack_copy: Option<StackCopy>,
-}
-
-/// The user registers of a sample and a copy of the top of its stack.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StackCopy {
-    /// Instruction pointer.
-    pub pc: u64,
-    /// Stack pointer: the address of `stack[0]`.
-    pub sp: u64,
-    /// Frame pointer (rbp).
-    pub fp: u64,
-    /// The stack from `sp` up (at most 8 KiB; less where the stack ends sooner).
-    pub stack: Vec<u8>,
 }
 
 /// Why the profiler could not start or run.

@@ -11,6 +11,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, Object};
 
 use crate::BpfError;
+use crate::unwind_types::{UnwindEnd, UnwindMapping};
 
 /// Table slots; slot 0 means "no table" and is never used.
 pub const MAX_UNWIND_TABLES: u32 = 4096;
@@ -32,89 +33,6 @@ const MAP_STATS: &str = "unwind_stats";
 const BPF_F_INNER_MAP: u32 = 1 << 12;
 /// Rows written per `BPF_MAP_UPDATE_BATCH` call.
 const BATCH_ROWS: usize = 1 << 16;
-
-/// Why the walk of a user stack ended (`enum unwind_end`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UnwindEnd {
-    /// The unwind information marks the outermost frame (`_start`, a
-    /// thread's start routine), or a return address was 0: the stack is whole.
-    Outermost,
-    /// A frame-pointer step reached the end of the chain (a zero frame
-    /// pointer or return address).
-    FramePointerChain,
-    /// The process had no mappings in BPF yet: the kernel's frame-pointer
-    /// walk was used instead.
-    NoProcess,
-    /// The stack could not be read where a rule pointed.
-    ReadFault,
-    /// [`crate::MAX_FRAMES`] frames were taken.
-    Depth,
-    /// A frame that cannot be (the CFA not above the stack pointer, the frame
-    /// pointer below it).
-    BadFrame,
-    /// A rule the walker cannot follow past the leaf frame.
-    Unsupported,
-    /// A kernel thread: no user stack.
-    NoUserStack,
-}
-
-impl UnwindEnd {
-    /// Every reason, in the order of their counters.
-    pub const ALL: [UnwindEnd; 8] = [
-        UnwindEnd::Outermost,
-        UnwindEnd::FramePointerChain,
-        UnwindEnd::NoProcess,
-        UnwindEnd::ReadFault,
-        UnwindEnd::Depth,
-        UnwindEnd::BadFrame,
-        UnwindEnd::Unsupported,
-        UnwindEnd::NoUserStack,
-    ];
-
-    pub(crate) fn from_code(code: u32) -> UnwindEnd {
-        Self::ALL
-            .get(code as usize)
-            .copied()
-            .unwrap_or(UnwindEnd::Unsupported)
-    }
-
-    /// A short name for metrics and logs.
-    pub fn name(self) -> &'static str {
-        match self {
-            UnwindEnd::Outermost => "outermost",
-            UnwindEnd::FramePointerChain => "frame_pointer_chain",
-            UnwindEnd::NoProcess => "no_process",
-            UnwindEnd::ReadFault => "read_fault",
-            UnwindEnd::Depth => "depth",
-            UnwindEnd::BadFrame => "bad_frame",
-            UnwindEnd::Unsupported => "unsupported",
-            UnwindEnd::NoUserStack => "no_user_stack",
-        }
-    }
-
-    /// Whether the walk reached the end of the stack.
-    pub fn is_complete(self) -> bool {
-        matches!(
-            self,
-            UnwindEnd::Outermost | UnwindEnd::FramePointerChain | UnwindEnd::NoUserStack
-        )
-    }
-}
-
-/// One executable mapping of a process, as the walker sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UnwindMapping {
-    /// First address.
-    pub start: u64,
-    /// One past the last address.
-    pub end: u64,
-    /// `pc - bias` is the address the table's rows are keyed by (wrapping).
-    pub bias: u64,
-    /// The table's slot, 0 for none (frames here use the frame pointer).
-    pub table: u32,
-    /// The generation the slot had when the table was loaded.
-    pub generation: u32,
-}
 
 /// The walker's counters, summed over CPUs, since the profiler started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! What the unwinder writes into BPF: the sampler implements it ([`crate::bpf_source`]),
 //! tests record it.
 
-pub use profcol_bpf::UnwindMapping;
+pub use profcol_bpf::{StackCopy, UnwindEnd, UnwindMapping};
 
 /// The walker's maps, as the sampler exposes them. Errors are messages: a failed write
 /// leaves that process or table to the frame pointer, it stops nothing.

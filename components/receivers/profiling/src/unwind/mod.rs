@@ -25,6 +25,8 @@ pub mod walk;
 pub mod x86_64;
 
 #[cfg(test)]
+mod runtime_tests;
+#[cfg(test)]
 mod tests;
 
 // The API the BPF walker's loader will use (next step of #11); tests use it now.

@@ -2,9 +2,7 @@
 //! process's first samples carry, taken before its mappings were in BPF. Step for step
 //! what `profiler.bpf.c` does (`step`), so a first sample is unwound as a later one is.
 
-use profcol_bpf::{StackCopy, UnwindEnd};
-
-use super::maps::UnwindMapping;
+use super::maps::{StackCopy, UnwindEnd, UnwindMapping};
 use super::row::{Cfa, Fp, Ra, Row};
 
 /// x86_64 user addresses end here.

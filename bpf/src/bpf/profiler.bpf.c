@@ -273,6 +273,21 @@ struct {
 	__type(value, u64);
 } unwind_stats SEC(".maps");
 
+/*
+ * Stack copies taken per process (exec starts it again). A process waits for its
+ * tables for as long as user space takes to build them, which under load can be a
+ * second or more: past this many copies its samples carry the frame-pointer walk
+ * alone, so that a burst of new processes cannot fill the ring buffer with copies.
+ */
+#define MAX_STACK_COPIES 32
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, u32);
+	__type(value, u32);
+} stack_copies SEC(".maps");
+
 /* The state of one walk, between frames. */
 struct walk {
 	u64 pc;
@@ -563,6 +578,7 @@ static long unwind_frame(u32 index, void *unused)
  */
 static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *regs, u32 at)
 {
+	u32 tgid = e->pid, one = 1, *copies;
 	u64 *out;
 	u8 *stack;
 	u64 sp;
@@ -570,6 +586,13 @@ static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *r
 
 	if (at > 2 * MAX_FRAMES)
 		return;
+	copies = bpf_map_lookup_elem(&stack_copies, &tgid);
+	if (copies && *copies >= MAX_STACK_COPIES)
+		return;
+	if (copies)
+		__sync_fetch_and_add(copies, 1);
+	else
+		bpf_map_update_elem(&stack_copies, &tgid, &one, BPF_ANY);
 	out = &e->frames[0] + at;
 	out[0] = BPF_CORE_READ(regs, ip);
 	out[1] = sp = BPF_CORE_READ(regs, sp);
@@ -759,6 +782,11 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 
 	ev.kind = EVENT_EXEC;
 	ev.pid = BPF_CORE_READ(p, tgid);
+	/* The old image's mappings are wrong from now on: its samples go back to a stack
+	 * copy until user space gives the new ones (it would only learn of the exec at
+	 * its next drain of the ring). */
+	bpf_map_delete_elem(&process_mappings, &ev.pid);
+	bpf_map_delete_elem(&stack_copies, &ev.pid);
 	filename = BPF_CORE_READ(bprm, filename);
 	n = bpf_probe_read_kernel_str(ev.filename, sizeof(ev.filename), filename);
 	ev.filename_len = n > 1 ? (u32)n - 1 : 0; /* n counts the NUL */
@@ -791,8 +819,14 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	 * signal->live, so 0 means this is the last thread: the process ends
 	 * (also when the group leader exited earlier than its threads).
 	 */
+	u32 tgid;
+
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
-	emit_process_event(EVENT_EXIT, BPF_CORE_READ(p, tgid), 0);
+	tgid = BPF_CORE_READ(p, tgid);
+	/* The pid may name another process next. */
+	bpf_map_delete_elem(&process_mappings, &tgid);
+	bpf_map_delete_elem(&stack_copies, &tgid);
+	emit_process_event(EVENT_EXIT, tgid, 0);
 	return 0;
 }

@@ -211,7 +211,7 @@ pub struct Engine {
     env: Environment,
     table: ProcessTable,
     builder: ProfileBuilder,
-    symbolizer: Option<Symbolizer>,
+    symbolizer: Option<Arc<Symbolizer>>,
     meta: BatchMeta,
     stats: Stats,
     counters: Arc<BadInputCounters>,
@@ -256,13 +256,13 @@ impl Engine {
             tracing::debug!(processes = n, "read /proc");
         }
         let symbolizer = config.symbolize.then(|| {
-            Symbolizer::with_counters(
+            Arc::new(Symbolizer::with_counters(
                 SymbolizerOptions {
                     kallsyms: env.kallsyms.clone(),
                     ..SymbolizerOptions::default()
                 },
                 counters.clone(),
-            )
+            ))
         });
         let meta = BatchMeta {
             host_name: env.host_name.clone(),
@@ -434,6 +434,18 @@ impl Engine {
     /// Symbolizing runs here: the first flush that meets a large binary with DWARF may
     /// take a while, so call it where a pause does not lose samples.
     pub fn flush(&mut self) -> Option<ProfileBatch> {
+        let pending = self.start_flush()?;
+        let (batch, unsymbolized) = pending.finish();
+        self.stats.frames_unsymbolized += unsymbolized;
+        Some(batch)
+    }
+
+    /// The samples since the last flush, taken out to be symbolized and built into a batch
+    /// by [`PendingFlush::finish`], which can run on another thread: symbolizing a large
+    /// binary's DWARF the first time takes a while, and the thread that drains the
+    /// sampler must not wait for it. `None` when there were no samples. The next window
+    /// starts now; processes whose grace period is over are dropped first.
+    pub fn start_flush(&mut self) -> Option<PendingFlush> {
         let now = self.env.clock.now_unix_nano();
         // Samples whose tables never came go with the walk they were sent with.
         let (stale, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
@@ -448,58 +460,19 @@ impl Engine {
         if builder.is_empty() {
             return None;
         }
-        let symbols = match &self.symbolizer {
-            Some(s) => self.symbolize(s, &builder),
-            None => Symbols::default(),
-        };
-        let (batch, unsymbolized) = builder.finish(&symbols, &self.meta, now);
-        self.stats.frames_unsymbolized += unsymbolized;
         self.stats.batches += 1;
-        Some(batch)
+        Some(PendingFlush {
+            builder,
+            symbolizer: self.symbolizer.clone(),
+            procfs: self.table.procfs().clone(),
+            meta: self.meta.clone(),
+            now,
+        })
     }
 
-    fn symbolize(&self, symbolizer: &Symbolizer, builder: &ProfileBuilder) -> Symbols {
-        let mut symbols = Symbols::default();
-        let kernel = builder.kernel_addrs();
-        if !kernel.is_empty() {
-            let found = symbolizer.symbolize_kernel(kernel.clone());
-            for (addr, r) in kernel.into_iter().zip(found) {
-                if let Some(r) = r {
-                    symbols.kernel.insert(addr, r);
-                }
-            }
-        }
-        // One request per mapping, in mapping order.
-        let mut by_mapping: HashMap<model::MappingId, Vec<u64>> = HashMap::new();
-        for (mapping, address) in builder.user_frames() {
-            by_mapping.entry(mapping).or_default().push(address);
-        }
-        let mut ids: Vec<model::MappingId> = by_mapping.keys().copied().collect();
-        ids.sort_unstable();
-        let requests: Vec<symbolize::FileRequest> = ids
-            .iter()
-            .map(|id| {
-                let record = builder.mapping_record(*id);
-                let m = &record.mapping;
-                symbolize::FileRequest {
-                    kind: m.kind,
-                    file: m.file.clone(),
-                    locations: m.locations(self.table.procfs(), record.pid),
-                    host_path: (!m.deleted && m.path.starts_with('/'))
-                        .then(|| PathBuf::from(&m.path)),
-                    offsets: by_mapping[id].clone(),
-                }
-            })
-            .collect();
-        let answers = symbolizer.symbolize_files(requests);
-        for (id, found) in ids.iter().zip(answers) {
-            for (address, r) in by_mapping[id].iter().zip(found) {
-                if let Some(r) = r {
-                    symbols.user.insert((*id, *address), r);
-                }
-            }
-        }
-        symbols
+    /// Locations a [`PendingFlush`] finished elsewhere left without a function name.
+    pub fn add_unsymbolized(&mut self, frames: u64) {
+        self.stats.frames_unsymbolized += frames;
     }
 
     pub fn stats(&self) -> Stats {
@@ -510,6 +483,70 @@ impl Engine {
             ..self.stats
         }
     }
+}
+
+/// A batch's samples on their way to being symbolized and built ([`Engine::start_flush`]).
+pub struct PendingFlush {
+    builder: ProfileBuilder,
+    symbolizer: Option<Arc<Symbolizer>>,
+    procfs: ProcFs,
+    meta: BatchMeta,
+    now: u64,
+}
+
+impl PendingFlush {
+    /// Symbolizes (waiting for the symbolizer thread) and builds the batch. Returns it
+    /// and the number of locations left without a function name.
+    pub fn finish(self) -> (ProfileBatch, u64) {
+        let symbols = match &self.symbolizer {
+            Some(s) => symbolize(s, &self.builder, &self.procfs),
+            None => Symbols::default(),
+        };
+        self.builder.finish(&symbols, &self.meta, self.now)
+    }
+}
+
+fn symbolize(symbolizer: &Symbolizer, builder: &ProfileBuilder, procfs: &ProcFs) -> Symbols {
+    let mut symbols = Symbols::default();
+    let kernel = builder.kernel_addrs();
+    if !kernel.is_empty() {
+        let found = symbolizer.symbolize_kernel(kernel.clone());
+        for (addr, r) in kernel.into_iter().zip(found) {
+            if let Some(r) = r {
+                symbols.kernel.insert(addr, r);
+            }
+        }
+    }
+    // One request per mapping, in mapping order.
+    let mut by_mapping: HashMap<model::MappingId, Vec<u64>> = HashMap::new();
+    for (mapping, address) in builder.user_frames() {
+        by_mapping.entry(mapping).or_default().push(address);
+    }
+    let mut ids: Vec<model::MappingId> = by_mapping.keys().copied().collect();
+    ids.sort_unstable();
+    let requests: Vec<symbolize::FileRequest> = ids
+        .iter()
+        .map(|id| {
+            let record = builder.mapping_record(*id);
+            let m = &record.mapping;
+            symbolize::FileRequest {
+                kind: m.kind,
+                file: m.file.clone(),
+                locations: m.locations(procfs, record.pid),
+                host_path: (!m.deleted && m.path.starts_with('/')).then(|| PathBuf::from(&m.path)),
+                offsets: by_mapping[id].clone(),
+            }
+        })
+        .collect();
+    let answers = symbolizer.symbolize_files(requests);
+    for (id, found) in ids.iter().zip(answers) {
+        for (address, r) in by_mapping[id].iter().zip(found) {
+            if let Some(r) = r {
+                symbols.user.insert((*id, *address), r);
+            }
+        }
+    }
+    symbols
 }
 
 /// Frames past the leaf are return addresses, which point after the call; one byte back

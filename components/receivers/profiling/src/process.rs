@@ -414,6 +414,8 @@ pub struct Process {
     pub start_time: Option<u64>,
     /// The selected environment variables, read while the process was alive.
     pub env: Vec<(String, String)>,
+    /// Known only from its exec event: `/proc` is read at its first sample.
+    pub unread: bool,
     /// Goes up by one each time `mappings` are read; 0 until they first are.
     pub maps_version: u64,
     maps_read_at: u64,
@@ -435,6 +437,7 @@ impl Process {
             allowed: true,
             exited_at: None,
             start_time: None,
+            unread: false,
             maps_version: 0,
             maps_read_at: 0,
             maps_refresh_wait: MAPS_REFRESH_INTERVAL.as_nanos() as u64,
@@ -585,22 +588,17 @@ impl ProcessTable {
 
     /// Reads `/proc/<pid>` (again), replacing what was known about the pid.
     pub fn load(&mut self, pid: u32, now: u64) -> &Process {
-        self.load_with(pid, now, true)
-    }
-
-    fn load_with(&mut self, pid: u32, now: u64, with_maps: bool) -> &Process {
         let process = if pid == 0 {
             idle_process()
         } else {
-            self.read_process(pid, now, with_maps)
+            self.read_process(pid, now)
         };
         self.processes.insert(pid, process);
         &self.processes[&pid]
     }
 
-    /// Reads the maps of a process known without them (read at exec, before the dynamic
-    /// loader mapped its libraries): what its first sample needs. Returns whether they
-    /// were read.
+    /// Reads the maps of a process known without them (they could not be read when it
+    /// was): what its samples need. Returns whether they were read.
     pub fn ensure_maps(&mut self, pid: u32, now: u64) -> bool {
         let Some(p) = self.processes.get(&pid) else {
             return false;
@@ -625,8 +623,20 @@ impl ProcessTable {
     /// scan whose exec event has not come, or was lost). A pid that cannot be read is
     /// remembered as exited, so that its other samples do not read `/proc` again.
     pub fn get_or_load(&mut self, pid: u32, now: u64) -> &Process {
-        if !self.processes.contains_key(&pid) {
-            self.load(pid, now);
+        match self.processes.get(&pid) {
+            None => {
+                self.load(pid, now);
+            }
+            Some(p) if p.unread => {
+                let named = (p.exe_path.clone(), p.comm.clone());
+                self.load(pid, now);
+                // Gone already: the path it was exec'd with still names it.
+                if let Some(p) = self.processes.get_mut(&pid).filter(|p| !p.loaded) {
+                    (p.exe_path, p.comm) = named;
+                    p.allowed = self.filter.allows(p);
+                }
+            }
+            Some(_) => {}
         }
         &self.processes[&pid]
     }
@@ -634,15 +644,13 @@ impl ProcessTable {
     pub fn on_event(&mut self, event: &ProcessEvent, now: u64) {
         match *event {
             ProcessEvent::Exec { pid, ref filename } => {
-                // Who it is now, while it lives; its maps wait for its first sample: at
-                // exec only the executable and the loader are mapped, and most short
-                // processes are never sampled.
-                self.load_with(pid, now, false);
-                // A short-lived process may be gone before its /proc entry is read: the
-                // path it was exec'd with still names it.
-                if let Some(p) = self.processes.get_mut(&pid).filter(|p| !p.loaded)
-                    && !filename.is_empty()
-                {
+                // Nothing is read at exec: most short processes are never sampled (a
+                // build runs thousands a second). Its first sample reads /proc, in the
+                // same drain of the ring buffer as this event, while it still lives; the
+                // path it was exec'd with names it until then, and if it is gone by then.
+                let mut p = Process::unknown(pid);
+                p.unread = true;
+                if !filename.is_empty() {
                     p.exe_path = Some(filename.clone());
                     p.comm = filename
                         .rsplit('/')
@@ -651,8 +659,9 @@ impl ProcessTable {
                         .chars()
                         .take(15)
                         .collect();
-                    p.allowed = self.filter.allows(p);
                 }
+                p.allowed = self.filter.allows(&p);
+                self.processes.insert(pid, p);
             }
             ProcessEvent::Fork {
                 parent_pid,
@@ -677,7 +686,10 @@ impl ProcessTable {
                 }
             }
             ProcessEvent::Exit { pid } => {
-                if let Some(p) = self.processes.get_mut(&pid) {
+                // Never sampled: nothing will ask for it.
+                if self.processes.get(&pid).is_some_and(|p| p.unread) {
+                    self.processes.remove(&pid);
+                } else if let Some(p) = self.processes.get_mut(&pid) {
                     p.exited_at.get_or_insert(now);
                 }
             }
@@ -717,6 +729,18 @@ impl ProcessTable {
         true
     }
 
+    /// Reads the maps of a live process again now, whatever the wait: for the unwinder,
+    /// once per process, when it first gives the walker its mappings (its samples so far
+    /// may lie in libraries mapped after its first sample was read). Returns whether
+    /// they changed.
+    pub fn reread_maps(&mut self, pid: u32, now: u64) -> bool {
+        if let Some(p) = self.processes.get_mut(&pid) {
+            p.maps_read_at = 0;
+            p.maps_refresh_wait = MAPS_REFRESH_INTERVAL.as_nanos() as u64;
+        }
+        self.refresh_maps(pid, now)
+    }
+
     /// Marks processes gone from `/proc` (an exit event lost) or replaced by another with
     /// the same pid as exited, then drops those whose grace period is over. Returns how
     /// many were dropped.
@@ -737,7 +761,7 @@ impl ProcessTable {
         before - self.processes.len()
     }
 
-    fn read_process(&mut self, pid: u32, now: u64, with_maps: bool) -> Process {
+    fn read_process(&mut self, pid: u32, now: u64) -> Process {
         let mut p = Process::unknown(pid);
         p.maps_read_at = now;
         let Ok(comm) = fs::read_to_string(self.procfs.pid_path(pid, "comm")) else {
@@ -767,7 +791,6 @@ impl ProcessTable {
                 .unwrap_or_default();
         }
         if p.allowed
-            && with_maps
             && let Ok(maps) = read_maps(&self.procfs.pid_path(pid, "maps"))
         {
             p.mappings = self.mappings_from(pid, &maps);
@@ -1263,7 +1286,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert_eq!(child.mappings, table.get(10).expect("parent").mappings);
         assert_eq!(child.pid, 11);
 
-        // Exec re-reads /proc: the child now has other maps.
+        // Exec replaces what was known, without reading /proc: the first sample does.
         fake_proc(root, 11, &exe, "0::/\n", "", 6);
         table.on_event(
             &ProcessEvent::Exec {
@@ -1273,8 +1296,14 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
             3 * s,
         );
         let child = table.get(11).expect("exec'd");
+        assert!(child.unread && !child.loaded);
+        assert!(child.mappings.is_empty());
+        assert_eq!(child.executable_name(), Some("app"));
+        let child = table.get_or_load(11, 3 * s);
+        assert!(!child.unread && child.loaded);
         assert!(child.mappings.is_empty());
         assert_eq!(child.container_id, None);
+        assert_eq!(child.start_time, Some(6));
 
         table.on_event(&ProcessEvent::Exit { pid: 10 }, 4 * s);
         assert_eq!(table.expire(4 * s + 1), 0);
@@ -1294,9 +1323,19 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
             },
             7 * s,
         );
-        let gone = table.get(12).expect("remembered");
+        let gone = table.get_or_load(12, 7 * s);
         assert!(!gone.loaded);
         assert_eq!(gone.executable_name(), Some("shortburn"));
+        // One never sampled is dropped at its exit: nothing will ask for it.
+        table.on_event(
+            &ProcessEvent::Exec {
+                pid: 13,
+                filename: "/bin/true".into(),
+            },
+            8 * s,
+        );
+        table.on_event(&ProcessEvent::Exit { pid: 13 }, 8 * s);
+        assert!(table.get(13).is_none());
     }
 
     #[test]

@@ -176,6 +176,98 @@ impl Receiver for ProfilingReceiver {
     }
 }
 
+/// Symbolizes and delivers batches on a thread of its own, so that the thread draining
+/// the sampler keeps draining it (and giving new processes their unwind tables) while a
+/// large binary's DWARF is read the first time.
+struct Flusher {
+    jobs: Option<std::sync::mpsc::SyncSender<crate::PendingFlush>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    unsymbolized: Arc<std::sync::atomic::AtomicU64>,
+    /// For batches built here when the thread is gone.
+    output: ReceiverOutput,
+    id: String,
+}
+
+impl Flusher {
+    /// Batches waiting for the thread at most; past them, the sampler's thread waits.
+    const QUEUE: usize = 2;
+
+    fn start(id: &str, output: ReceiverOutput) -> Flusher {
+        let (jobs, inbox) = std::sync::mpsc::sync_channel::<crate::PendingFlush>(Self::QUEUE);
+        let unsymbolized = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = unsymbolized.clone();
+        let (thread_id, thread_output) = (id.to_owned(), output.clone());
+        let thread = std::thread::Builder::new()
+            .name("profiling-flush".into())
+            .spawn(move || {
+                for pending in inbox {
+                    let (batch, frames) = pending.finish();
+                    counted.fetch_add(frames, std::sync::atomic::Ordering::Relaxed);
+                    deliver(&thread_id, &thread_output, batch);
+                }
+            });
+        match thread {
+            Ok(thread) => Flusher {
+                jobs: Some(jobs),
+                thread: Some(thread),
+                unsymbolized,
+                output,
+                id: id.to_owned(),
+            },
+            Err(e) => {
+                tracing::warn!("no flush thread ({e}): batches are built on the sampler's thread");
+                Flusher {
+                    jobs: None,
+                    thread: None,
+                    unsymbolized,
+                    output,
+                    id: id.to_owned(),
+                }
+            }
+        }
+    }
+
+    fn send(&self, pending: crate::PendingFlush) {
+        match &self.jobs {
+            Some(jobs) => {
+                if let Err(std::sync::mpsc::SendError(pending)) = jobs.send(pending) {
+                    // The thread is gone (it panicked): build here.
+                    self.finish_here(pending);
+                }
+            }
+            None => self.finish_here(pending),
+        }
+    }
+
+    fn finish_here(&self, pending: crate::PendingFlush) {
+        let (batch, frames) = pending.finish();
+        self.unsymbolized
+            .fetch_add(frames, std::sync::atomic::Ordering::Relaxed);
+        deliver(&self.id, &self.output, batch);
+    }
+
+    fn take_unsymbolized(&self) -> u64 {
+        self.unsymbolized
+            .swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits for the batches sent so far; returns the frames they left unsymbolized.
+    fn finish(mut self) -> u64 {
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.take_unsymbolized()
+    }
+}
+
+/// Hands a batch to the pipelines without waiting: a sampler must not block.
+fn deliver(id: &str, output: &ReceiverOutput, batch: profcol_core::pdata::ProfileBatch) {
+    if let Err(refused) = output.try_deliver(batch) {
+        tracing::warn!(id = %id, %refused, "profiles dropped: the pipeline did not take them");
+    }
+}
+
 /// The unwinding counters as last reported.
 #[derive(Default)]
 struct Unwinding {
@@ -209,6 +301,7 @@ impl Loop {
         let mut reported = Stats::default();
         let mut reported_lost = 0u64;
         let mut reported_unwinding = Unwinding::default();
+        let flusher = Flusher::start(&self.id, self.output.clone());
         let mut next_flush = Instant::now() + interval;
         let result = loop {
             if self.shutdown.is_cancelled() {
@@ -232,7 +325,7 @@ impl Loop {
             }
             let now = Instant::now();
             if now >= next_flush {
-                self.flush(&mut engine, &mut reported);
+                self.flush(&mut engine, &flusher, &mut reported);
                 self.report_lost(source.lost_samples(), &mut reported_lost);
                 self.report_unwinding(&engine, source.as_ref(), &mut reported_unwinding);
                 next_flush += interval;
@@ -243,7 +336,8 @@ impl Loop {
         };
         // What was sampled before shutdown still goes out.
         engine.drain_deferred();
-        self.flush(&mut engine, &mut reported);
+        self.flush(&mut engine, &flusher, &mut reported);
+        engine.add_unsymbolized(flusher.finish());
         self.report_lost(source.lost_samples(), &mut reported_lost);
         self.report_unwinding(&engine, source.as_ref(), &mut reported_unwinding);
         result
@@ -344,12 +438,11 @@ impl Loop {
         *reported = lost;
     }
 
-    fn flush(&self, engine: &mut Engine, reported: &mut Stats) {
-        if let Some(batch) = engine.flush()
-            && let Err(refused) = self.output.try_deliver(batch)
-        {
-            tracing::warn!(id = %self.id, %refused, "profiles dropped: the pipeline did not take them");
+    fn flush(&self, engine: &mut Engine, flusher: &Flusher, reported: &mut Stats) {
+        if let Some(pending) = engine.start_flush() {
+            flusher.send(pending);
         }
+        engine.add_unsymbolized(flusher.take_unsymbolized());
         let now = engine.stats();
         let labels = [("receiver", self.id.as_str())];
         self.telemetry

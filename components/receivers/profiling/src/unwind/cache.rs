@@ -3,8 +3,9 @@
 //! shared by every process that maps the file, evicted least recently used under a
 //! memory budget.
 
+use std::collections::BinaryHeap;
 use std::collections::HashMap;
-use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError, mpsc};
 use std::time::Instant;
 
 use super::builder::{Limits, build_with_limits};
@@ -45,7 +46,7 @@ enum Entry {
     Loaded(Loaded),
     /// Being built.
     Building,
-    /// No table could be built (no CFI, refused, unreadable). Not tried again: the key
+    /// No table could be built (no CFI, refused, not ELF). Not tried again: the key
     /// names the same bytes. Its frames use the frame pointer.
     NoTable,
     /// Built, but it did not fit beside the tables in use in round `tick`; built again
@@ -53,6 +54,26 @@ enum Entry {
     NoRoom {
         tick: u64,
     },
+    /// Could not be opened through the process that asked (it exited meanwhile): asked
+    /// again through the next process that maps it, up to [`MAX_OPEN_ATTEMPTS`] times.
+    Unopened {
+        attempts: u32,
+    },
+}
+
+/// Code this large (bytes mapped executable) is built on the second builder thread.
+const LARGE_FILE: u64 = 8 << 20;
+
+/// Times a file that could not be opened is asked for again.
+const MAX_OPEN_ATTEMPTS: u32 = 8;
+
+/// What the builder thread made of a request.
+enum Outcome {
+    Built(BuiltTable),
+    /// The file has no table: not ELF, no call frame information, refused.
+    NoTable,
+    /// The file could not be opened.
+    Unopened,
 }
 
 /// A built table, on its way from the builder thread.
@@ -69,11 +90,82 @@ pub type Opener = Box<dyn FnOnce() -> Option<ElfFile> + Send>;
 struct Request {
     key: TableKey,
     open: Opener,
+    /// Bytes of the mapping's code: smaller files are built first, so that a process of
+    /// small binaries does not wait behind a 100 MB one.
+    size: u64,
+    /// Order of asking, among equal sizes.
+    sequence: u64,
+}
+
+impl PartialEq for Request {
+    fn eq(&self, other: &Self) -> bool {
+        (self.size, self.sequence) == (other.size, other.sequence)
+    }
+}
+
+impl Eq for Request {}
+
+impl PartialOrd for Request {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Request {
+    /// The heap's greatest is built next: the smallest, then the oldest.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (other.size, other.sequence).cmp(&(self.size, self.sequence))
+    }
+}
+
+/// Requests waiting for the builder thread; `None` once the cache is gone.
+#[derive(Default)]
+struct Queue {
+    requests: Mutex<Option<BinaryHeap<Request>>>,
+    ready: Condvar,
+}
+
+impl Queue {
+    fn push(&self, request: Request) -> bool {
+        let mut guard = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        match guard.as_mut() {
+            Some(heap) => {
+                heap.push(request);
+                self.ready.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The next request, waiting for one; `None` once closed.
+    fn pop(&self) -> Option<Request> {
+        let mut guard = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            match guard.as_mut() {
+                None => return None,
+                Some(heap) => {
+                    if let Some(request) = heap.pop() {
+                        return Some(request);
+                    }
+                }
+            }
+            guard = self
+                .ready
+                .wait(guard)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn close(&self) {
+        *self.requests.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.ready.notify_all();
+    }
 }
 
 struct Done {
     key: TableKey,
-    table: Option<BuiltTable>,
+    outcome: Outcome,
     seconds: f64,
 }
 
@@ -122,8 +214,22 @@ pub struct TableCache {
     budget_bytes: usize,
     tick: u64,
     stats: CacheStats,
-    requests: Option<mpsc::Sender<Request>>,
+    /// Small files, and large ones (at least [`LARGE_FILE`] of code), each with a
+    /// builder thread: a new process of small binaries never waits behind a 100 MB one.
+    queues: Option<[Arc<Queue>; 2]>,
+    sequence: u64,
     done: mpsc::Receiver<Done>,
+    /// Open attempts of the files being built that could not be opened before.
+    attempts: HashMap<TableKey, u32>,
+}
+
+impl Drop for TableCache {
+    /// Lets the builder thread end.
+    fn drop(&mut self) {
+        for queue in self.queues.iter().flatten() {
+            queue.close();
+        }
+    }
 }
 
 impl std::fmt::Debug for TableCache {
@@ -136,11 +242,11 @@ impl std::fmt::Debug for TableCache {
 }
 
 /// The builder thread: one file at a time, in the order asked.
-fn builder_thread(requests: mpsc::Receiver<Request>, done: mpsc::Sender<Done>, limits: Limits) {
-    for Request { key, open } in requests {
+fn builder_thread(queue: Arc<Queue>, done: mpsc::Sender<Done>, limits: Limits) {
+    while let Some(Request { key, open, .. }) = queue.pop() {
         let started = Instant::now();
         // A hostile file must not take the thread down with it.
-        let table = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             build_table(&key, open, &limits)
         }))
         .unwrap_or_else(|_| {
@@ -149,13 +255,13 @@ fn builder_thread(requests: mpsc::Receiver<Request>, done: mpsc::Sender<Done>, l
                 inode = key.inode,
                 "building an unwind table panicked"
             );
-            None
+            Outcome::NoTable
         });
         let seconds = started.elapsed().as_secs_f64();
         if done
             .send(Done {
                 key,
-                table,
+                outcome,
                 seconds,
             })
             .is_err()
@@ -165,8 +271,10 @@ fn builder_thread(requests: mpsc::Receiver<Request>, done: mpsc::Sender<Done>, l
     }
 }
 
-fn build_table(key: &TableKey, open: Opener, limits: &Limits) -> Option<BuiltTable> {
-    let elf = open()?;
+fn build_table(key: &TableKey, open: Opener, limits: &Limits) -> Outcome {
+    let Some(elf) = open() else {
+        return Outcome::Unopened;
+    };
     let segments: Vec<Segment> = elf
         .program_headers
         .iter()
@@ -181,11 +289,14 @@ fn build_table(key: &TableKey, open: Opener, limits: &Limits) -> Option<BuiltTab
         Ok(b) => b,
         Err(e) => {
             tracing::debug!(dev = key.dev, inode = key.inode, "no unwind table: {e}");
-            return None;
+            return Outcome::NoTable;
         }
     };
     let table = built.table;
-    (!table.is_empty()).then(|| BuiltTable {
+    if table.is_empty() {
+        return Outcome::NoTable;
+    }
+    Outcome::Built(BuiltTable {
         rows: table.encode(),
         count: table.len(),
         base: table.base,
@@ -204,14 +315,26 @@ impl TableCache {
                 .min(budget_bytes / super::row::ROW_SIZE),
             ..Limits::default()
         };
-        let (requests, inbox) = mpsc::channel();
         let (outbox, done) = mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("unwind-tables".into())
-            .spawn(move || builder_thread(inbox, outbox, limits));
-        if let Err(e) = &spawned {
-            tracing::warn!("no unwind table builder thread ({e}): frame pointers only");
+        let mut queues = Vec::new();
+        for lane in ["unwind-tables", "unwind-tables-large"] {
+            let queue = Arc::new(Queue {
+                requests: Mutex::new(Some(BinaryHeap::new())),
+                ready: Condvar::new(),
+            });
+            let (inbox, outbox) = (queue.clone(), outbox.clone());
+            match std::thread::Builder::new()
+                .name(lane.into())
+                .spawn(move || builder_thread(inbox, outbox, limits))
+            {
+                Ok(_) => queues.push(queue),
+                Err(e) => {
+                    tracing::warn!("no unwind table builder thread ({e}): frame pointers only");
+                    queue.close();
+                }
+            }
         }
+        let queues: Option<[Arc<Queue>; 2]> = queues.try_into().ok();
         TableCache {
             entries: HashMap::new(),
             slots: HashMap::new(),
@@ -220,8 +343,10 @@ impl TableCache {
             budget_bytes,
             tick: 0,
             stats: CacheStats::default(),
-            requests: spawned.ok().map(|_| requests),
+            queues,
+            sequence: 0,
             done,
+            attempts: HashMap::new(),
         }
     }
 
@@ -234,9 +359,16 @@ impl TableCache {
         self.tick += 1;
     }
 
-    /// The file's table for a mapping at `start` of file `offset`; asks the builder for
-    /// it (`open` gives the file) the first time.
-    pub fn table_for(&mut self, key: &TableKey, start: u64, offset: u64, open: Opener) -> Lookup {
+    /// The file's table for a mapping at `start` of file `offset`, `size` bytes long;
+    /// asks the builder for it (`open` gives the file) the first time.
+    pub fn table_for(
+        &mut self,
+        key: &TableKey,
+        start: u64,
+        offset: u64,
+        size: u64,
+        open: Opener,
+    ) -> Lookup {
         match self.entries.get_mut(key) {
             Some(Entry::Loaded(t)) => {
                 t.last_used = self.tick;
@@ -252,21 +384,33 @@ impl TableCache {
             Some(Entry::Building) => return Lookup::Pending,
             Some(Entry::NoTable) => return Lookup::Absent,
             Some(Entry::NoRoom { tick }) if *tick == self.tick => return Lookup::Absent,
+            Some(Entry::Unopened { attempts }) if *attempts >= MAX_OPEN_ATTEMPTS => {
+                return Lookup::Absent;
+            }
             _ => {}
         }
-        let sent = self.requests.as_ref().is_some_and(|requests| {
-            requests
-                .send(Request {
-                    key: key.clone(),
-                    open,
-                })
-                .is_ok()
-        });
+        let attempts = match self.entries.get(key) {
+            Some(Entry::Unopened { attempts }) => *attempts,
+            _ => 0,
+        };
+        self.sequence += 1;
+        let request = Request {
+            key: key.clone(),
+            open,
+            size,
+            sequence: self.sequence,
+        };
+        let lane = usize::from(size >= LARGE_FILE);
+        let sent = self
+            .queues
+            .as_ref()
+            .is_some_and(|queues| queues[lane].push(request));
         if sent {
             self.entries.insert(key.clone(), Entry::Building);
+            self.attempts.insert(key.clone(), attempts);
             Lookup::Pending
         } else {
-            self.requests = None;
+            self.queues = None;
             self.entries.insert(key.clone(), Entry::NoTable);
             Lookup::Absent
         }
@@ -278,23 +422,26 @@ impl TableCache {
         let mut finished = Vec::new();
         while let Ok(Done {
             key,
-            table,
+            outcome,
             seconds,
         }) = self.done.try_recv()
         {
             self.stats.build_seconds += seconds;
-            tracing::debug!(
-                inode = key.inode,
-                seconds,
-                rows = table.as_ref().map_or(0, |t| t.count),
-                "unwind table built"
-            );
-            let entry = match table {
-                None => {
+            let attempts = self.attempts.remove(&key).unwrap_or(0);
+            let entry = match outcome {
+                Outcome::NoTable => {
                     self.stats.failed += 1;
                     Entry::NoTable
                 }
-                Some(table) => match self.load(table, maps) {
+                Outcome::Unopened => {
+                    if attempts + 1 >= MAX_OPEN_ATTEMPTS {
+                        self.stats.failed += 1;
+                    }
+                    Entry::Unopened {
+                        attempts: attempts + 1,
+                    }
+                }
+                Outcome::Built(table) => match self.load(table, maps) {
                     Ok(loaded) => Entry::Loaded(loaded),
                     Err(NotLoaded::NoRoom) => Entry::NoRoom { tick: self.tick },
                     Err(NotLoaded::NoTable) => {

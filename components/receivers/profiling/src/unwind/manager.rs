@@ -23,7 +23,7 @@ use crate::safe_file::{Identity, VerifiedFile};
 /// The least time between two loads of one process's mappings.
 pub const RESYNC_INTERVAL: Duration = Duration::from_millis(100);
 /// The longest a process waits for its tables before it is given without them.
-const MAX_TABLE_WAIT: Duration = Duration::from_secs(2);
+const MAX_TABLE_WAIT: Duration = Duration::from_secs(10);
 /// Processes loaded per sync at most: a burst of new processes is spread over polls.
 const MAX_LOADS_PER_SYNC: usize = 64;
 
@@ -199,7 +199,11 @@ impl Unwinder {
             .collect();
         for (pid, due) in due {
             self.pending.remove(&pid);
-            if due.unknown_mapping {
+            if !self.given.contains_key(&pid) && !self.held.contains_key(&pid) {
+                // First give: the samples held for it may lie in libraries mapped since
+                // its maps were read at its first sample.
+                table.reread_maps(pid, now);
+            } else if due.unknown_mapping {
                 table.refresh_maps(pid, now);
             }
             let Some(process) = table.get(pid) else {
@@ -322,7 +326,10 @@ impl Unwinder {
                 } else {
                     opener(m, procfs, process.pid)
                 };
-                match self.cache.table_for(&key, m.start, m.offset, open) {
+                match self
+                    .cache
+                    .table_for(&key, m.start, m.offset, m.end - m.start, open)
+                {
                     Lookup::Ready(t) => {
                         entry.table = t.slot;
                         entry.generation = t.generation;

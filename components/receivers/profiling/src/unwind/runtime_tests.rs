@@ -265,18 +265,34 @@ fn tables_are_built_once_per_file_and_evicted_least_recently_used() {
 
     cache.next_tick();
     assert_eq!(
-        cache.table_for(&libc_key, 0x7f00_0000_0000, libc_text, opener(libc.clone())),
+        cache.table_for(
+            &libc_key,
+            0x7f00_0000_0000,
+            libc_text,
+            4096,
+            opener(libc.clone())
+        ),
         Lookup::Pending
     );
     // Asked again while building: not built twice.
     assert_eq!(
-        cache.table_for(&libc_key, 0x7f00_0000_0000, libc_text, opener(libc.clone())),
+        cache.table_for(
+            &libc_key,
+            0x7f00_0000_0000,
+            libc_text,
+            4096,
+            opener(libc.clone())
+        ),
         Lookup::Pending
     );
     assert_eq!(finish(&mut cache, &mut maps, 1), vec![libc_key.clone()]);
-    let Lookup::Ready(first) =
-        cache.table_for(&libc_key, 0x7f00_0000_0000, libc_text, opener(libc.clone()))
-    else {
+    let Lookup::Ready(first) = cache.table_for(
+        &libc_key,
+        0x7f00_0000_0000,
+        libc_text,
+        4096,
+        opener(libc.clone()),
+    ) else {
         panic!("libc's table is loaded");
     };
     assert_eq!(maps.loads, 1);
@@ -289,7 +305,13 @@ fn tables_are_built_once_per_file_and_evicted_least_recently_used() {
 
     // A later round: bash does not fit beside libc, which was not used this round.
     cache.next_tick();
-    cache.table_for(&bash_key, 0x5600_0000_0000, bash_text, opener(bash.clone()));
+    cache.table_for(
+        &bash_key,
+        0x5600_0000_0000,
+        bash_text,
+        4096,
+        opener(bash.clone()),
+    );
     finish(&mut cache, &mut maps, 1);
     let stats = cache.stats();
     assert_eq!(
@@ -300,31 +322,86 @@ fn tables_are_built_once_per_file_and_evicted_least_recently_used() {
     assert!(stats.bytes <= 400 << 10);
     assert_eq!(maps.unloads, 1);
     assert!(matches!(
-        cache.table_for(&bash_key, 0x5600_0000_0000, bash_text, opener(bash)),
+        cache.table_for(
+            &bash_key,
+            0x5600_0000_0000,
+            bash_text,
+            4096,
+            opener(bash.clone())
+        ),
         Lookup::Ready(_)
     ));
     // libc comes back in another slot generation: a mapping naming the old one misses.
     cache.next_tick();
-    cache.table_for(&libc_key, 0x7f00_0000_0000, libc_text, opener(libc.clone()));
+    cache.table_for(
+        &libc_key,
+        0x7f00_0000_0000,
+        libc_text,
+        4096,
+        opener(libc.clone()),
+    );
     finish(&mut cache, &mut maps, 1);
     let Lookup::Ready(again) =
-        cache.table_for(&libc_key, 0x7f00_0000_0000, libc_text, opener(libc))
+        cache.table_for(&libc_key, 0x7f00_0000_0000, libc_text, 4096, opener(libc))
     else {
         panic!("libc's table is loaded again");
     };
     assert_ne!(again.generation, first.generation);
     assert_eq!(cache.rows_in(first.slot, first.generation), None);
 
-    // A file with no call frame information is not asked for again.
-    let none = TableKey {
-        dev: 1,
-        inode: 2,
-        build_id: None,
+    // A file that could not be opened (its process exited before the builder got to
+    // it) is asked for again, through the next process that maps it.
+    let gone = key_of(&bash);
+    let gone = TableKey {
+        build_id: Some(vec![1]),
+        ..gone
     };
-    cache.table_for(&none, 0, 0, Box::new(|| None));
+    cache.next_tick();
+    assert_eq!(
+        cache.table_for(&gone, 0x5600_0000_0000, bash_text, 4096, Box::new(|| None)),
+        Lookup::Pending
+    );
     finish(&mut cache, &mut maps, 1);
     assert_eq!(
-        cache.table_for(&none, 0, 0, Box::new(|| None)),
+        cache.table_for(
+            &gone,
+            0x5600_0000_0000,
+            bash_text,
+            4096,
+            opener(bash.clone())
+        ),
+        Lookup::Pending
+    );
+    finish(&mut cache, &mut maps, 1);
+    assert!(matches!(
+        cache.table_for(
+            &gone,
+            0x5600_0000_0000,
+            bash_text,
+            4096,
+            opener(bash.clone())
+        ),
+        Lookup::Ready(_)
+    ));
+
+    // A file with no call frame information is not asked for again.
+    let dir = tempfile::tempdir().expect("tmp");
+    let bare = dir.path().join("bare");
+    let stripped = std::process::Command::new("objcopy")
+        .args([
+            "--remove-section=.eh_frame",
+            "--remove-section=.eh_frame_hdr",
+        ])
+        .arg(&bash)
+        .arg(&bare)
+        .status()
+        .expect("objcopy");
+    assert!(stripped.success());
+    let bare_key = key_of(&bare);
+    cache.table_for(&bare_key, 0, bash_text, 4096, opener(bare.clone()));
+    finish(&mut cache, &mut maps, 1);
+    assert_eq!(
+        cache.table_for(&bare_key, 0, bash_text, 4096, opener(bare)),
         Lookup::Absent
     );
     assert_eq!(cache.stats().failed, 1);

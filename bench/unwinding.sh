@@ -76,10 +76,12 @@ import json, sys
 ps = [p for p in json.load(sys.stdin) if p.get("type") == "perf_event" and p.get("name", "").startswith("on_cpu_sample")]
 print(sum(p.get("run_time_ns", 0) for p in ps), sum(p.get("run_cnt", 0) for p in ps))'
 }
-whole_share() { # jsonl -> "xz% python%": samples whose stack reaches _start, all named
+whole_share() { # jsonl -> "xz% python%": samples whose stack reaches libc's start of the
+  # program (or a thread's), uncut (xz is stripped: its own frames have no names)
   python3 - "$1" <<'PY'
 import json, sys
 counts = {}
+starts = {"__libc_start_call_main", "__libc_start_main_impl", "__libc_start_main", "start_thread", "clone3", "__clone3"}
 for line in open(sys.argv[1]):
     d = json.loads(line)
     dic = d["dictionary"]; st = dic["stringTable"]; fn = dic.get("functionTable", [])
@@ -96,8 +98,8 @@ for line in open(sys.argv[1]):
             for p in sp["profiles"]:
                 for s in p.get("samples", []):
                     n = len(s.get("timestampsUnixNano", [])) or 1
-                    frames = [names(li) for li in stacks[s.get("stackIndex", 0)].get("locationIndices", [])]
-                    whole = bool(frames) and all(frames) and frames[-1][-1] == "_start"
+                    frames = [n for li in stacks[s.get("stackIndex", 0)].get("locationIndices", []) for n in names(li)]
+                    whole = "[truncated]" not in frames and any(f in starts for f in frames)
                     c = counts.setdefault(exe, [0, 0]); c[0] += n; c[1] += n if whole else 0
 print(" ".join("%.1f%%" % (100.0 * counts[e][1] / counts[e][0]) if e in counts else "-" for e in ("xz", "python3.11")))
 PY

@@ -58,6 +58,11 @@ enum {
 #define BPF_F_USER_STACK (1ULL << 8)
 /* include/uapi/linux/bpf.h: map update flags */
 #define BPF_ANY 0
+/* include/uapi/linux/bpf.h: bpf_ringbuf_output flags and bpf_ringbuf_query keys */
+#define BPF_RB_NO_WAKEUP (1ULL << 0)
+#define BPF_RB_FORCE_WAKEUP (1ULL << 1)
+#define BPF_RB_AVAIL_DATA 0
+#define BPF_RB_RING_SIZE 1
 
 /* include/linux/types.h */
 typedef struct {

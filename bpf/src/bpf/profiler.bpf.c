@@ -756,9 +756,24 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	if (len > sizeof(*e))
 		len = sizeof(*e);
 	barrier_var(len);
-	if (bpf_ringbuf_output(&events, e, len, 0) < 0)
+	/* Samples wake the reader: process events do not (below), so it is woken at most
+	 * as often as samples come, not once per exec on a node that execs thousands a
+	 * second; it drains them with the next sample, or within its poll timeout. */
+	if (bpf_ringbuf_output(&events, e, len, BPF_RB_FORCE_WAKEUP) < 0)
 		count_lost(LOST_SAMPLES);
 	return 0;
+}
+
+/*
+ * Process events do not wake the reader, unless a quarter of the ring is waiting: an
+ * exec storm with no samples must not fill it before the reader's poll times out.
+ */
+static __always_inline u64 process_event_flags(void)
+{
+	u64 waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+
+	return waiting > size / 4 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline void emit_process_event(u32 kind, u32 pid, u32 parent_pid)
@@ -768,7 +783,7 @@ static __always_inline void emit_process_event(u32 kind, u32 pid, u32 parent_pid
 	ev.kind = kind;
 	ev.pid = pid;
 	ev.parent_pid = parent_pid;
-	if (bpf_ringbuf_output(&events, &ev, PROCESS_HEADER_LEN, 0) < 0)
+	if (bpf_ringbuf_output(&events, &ev, PROCESS_HEADER_LEN, process_event_flags()) < 0)
 		count_lost(LOST_PROCESS_EVENTS);
 }
 
@@ -794,7 +809,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	len = PROCESS_HEADER_LEN + ev.filename_len;
 	if (len > sizeof(ev))
 		len = sizeof(ev);
-	if (bpf_ringbuf_output(&events, &ev, len, 0) < 0)
+	if (bpf_ringbuf_output(&events, &ev, len, process_event_flags()) < 0)
 		count_lost(LOST_PROCESS_EVENTS);
 	return 0;
 }

@@ -667,23 +667,17 @@ impl ProcessTable {
                 parent_pid,
                 child_pid,
             } => {
-                // Right after fork the child has the parent's image; reading /proc would
-                // give the same, if the child still lives by the time the event is read.
-                match self.processes.get(&parent_pid).filter(|p| p.loaded) {
-                    Some(parent) => {
-                        let mut child = parent.clone();
-                        child.pid = child_pid;
-                        child.exited_at = None;
-                        child.start_time = self.procfs.start_time(child_pid);
-                        child.maps_read_at = now;
-                        // The pid filter may tell parent and child apart.
-                        child.allowed = self.filter.allows(&child);
-                        self.processes.insert(child_pid, child);
-                    }
-                    None => {
-                        self.load(child_pid, now);
-                    }
+                // Nothing is read either: most forks exec at once (and replace this), and
+                // a child that is sampled is read then. Until then it has its parent's
+                // name, which is its image.
+                let mut child = Process::unknown(child_pid);
+                child.unread = true;
+                if let Some(parent) = self.processes.get(&parent_pid) {
+                    child.exe_path = parent.exe_path.clone();
+                    child.comm = parent.comm.clone();
                 }
+                child.allowed = self.filter.allows(&child);
+                self.processes.insert(child_pid, child);
             }
             ProcessEvent::Exit { pid } => {
                 // Never sampled: nothing will ask for it.
@@ -1282,9 +1276,15 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
             },
             2 * s,
         );
+        // Nothing read at fork: the child is named by its parent until it is sampled.
         let child = table.get(11).expect("forked");
-        assert_eq!(child.mappings, table.get(10).expect("parent").mappings);
+        assert!(child.unread);
         assert_eq!(child.pid, 11);
+        let parent_name = table
+            .get(10)
+            .and_then(|p| p.executable_name())
+            .map(str::to_owned);
+        assert_eq!(child.executable_name().map(str::to_owned), parent_name);
 
         // Exec replaces what was known, without reading /proc: the first sample does.
         fake_proc(root, 11, &exe, "0::/\n", "", 6);

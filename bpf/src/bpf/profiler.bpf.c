@@ -538,18 +538,19 @@ static __always_inline long step(struct walk *w, struct process_mappings *pm)
 	return 0;
 }
 
-/* bpf_loop callback: records the frame at w->pc and finds its caller. */
-static long unwind_frame(u32 index, void *unused)
-{
-	u32 zero = 0;
-	struct scratch_space *s = bpf_map_lookup_elem(&scratch, &zero);
+/* What the frame loop works on, looked up once per sample. */
+struct frame_loop {
+	struct scratch_space *s;
 	struct process_mappings *pm;
-	struct walk *w;
+};
+
+/* bpf_loop callback: records the frame at w->pc and finds its caller. */
+static long unwind_frame(u32 index, struct frame_loop *loop)
+{
+	struct scratch_space *s = loop->s;
+	struct walk *w = &s->walk;
 	u64 *frame, slot; /* 64-bit: a u32 is checked and used as two copies */
 
-	if (!s)
-		return 1;
-	w = &s->walk;
 	slot = (u64)w->first + w->n;
 	if (slot >= 2 * MAX_FRAMES)
 		return walk_end(w, END_DEPTH);
@@ -557,10 +558,7 @@ static long unwind_frame(u32 index, void *unused)
 	/* The leaf needs no mark: the first frame is always exact. */
 	*frame = w->pc | (w->exact && w->n > 0 ? FRAME_EXACT : 0);
 	w->n++;
-	pm = bpf_map_lookup_elem(&process_mappings, &w->pid);
-	if (!pm) /* removed by user space meanwhile (the process exited) */
-		return walk_end(w, END_NO_PROCESS);
-	if (step(w, pm))
+	if (step(w, loop->pm))
 		return 1;
 	/* A signal frame's step leaves the interrupted pc exact; the trampoline is named by
 	 * its own address too (its unwind entry starts a byte early, for the lookup). */
@@ -618,6 +616,8 @@ static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct sc
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct sample_event *e = &s->event;
 	struct walk *w = &s->walk;
+	struct process_mappings *pm;
+	struct frame_loop loop;
 	struct pt_regs *regs;
 	long bytes;
 	u32 n;
@@ -627,7 +627,9 @@ static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct sc
 		w->end = END_NO_USER;
 		return 0;
 	}
-	if (!bpf_map_lookup_elem(&process_mappings, &tgid)) {
+	/* Held for the whole walk: removing it meanwhile frees it only after this program. */
+	pm = bpf_map_lookup_elem(&process_mappings, &tgid);
+	if (!pm) {
 		/* Not known to user space yet: frame pointers, as the kernel walks them. */
 		w->end = END_NO_PROCESS;
 		bytes = bpf_get_stack(ctx, &e->frames[first], MAX_FRAMES * sizeof(u64),
@@ -654,7 +656,9 @@ static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct sc
 		w->end = END_NO_USER;
 		return 0;
 	}
-	bpf_loop(MAX_FRAMES, unwind_frame, NULL, 0);
+	loop.s = s;
+	loop.pm = pm;
+	bpf_loop(MAX_FRAMES, unwind_frame, &loop, 0);
 	e->flags |= w->flags;
 	if (w->end != END_OUTERMOST && w->end != END_FP_CHAIN)
 		e->flags |= SAMPLE_USER_TRUNCATED;

@@ -12,9 +12,27 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)]
 #[path = "../../components/receivers/profiling/src/elf.rs"]
 mod elf;
-#[allow(dead_code, unused_imports)]
-#[path = "../../components/receivers/profiling/src/unwind/mod.rs"]
-mod unwind;
+// Only the builder's files (the rest of unwind/ talks to BPF and /proc), at the crate
+// root: their `super::` is the crate.
+#[allow(dead_code)]
+#[path = "../../components/receivers/profiling/src/unwind/builder.rs"]
+mod builder;
+#[allow(dead_code)]
+#[path = "../../components/receivers/profiling/src/unwind/error.rs"]
+mod error;
+#[allow(dead_code)]
+#[path = "../../components/receivers/profiling/src/unwind/row.rs"]
+mod row;
+#[allow(dead_code)]
+#[path = "../../components/receivers/profiling/src/unwind/table.rs"]
+mod table;
+#[allow(dead_code)]
+#[path = "../../components/receivers/profiling/src/unwind/x86_64.rs"]
+mod x86_64;
+
+mod unwind {
+    pub use crate::builder::{Limits, build};
+}
 
 const RUNS: usize = 5;
 

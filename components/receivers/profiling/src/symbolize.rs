@@ -303,9 +303,11 @@ struct Worker {
     go: HashMap<CacheKey, Option<Arc<GoFile>>>,
     kernel: HashMap<u64, Resolved>,
     kallsyms_usable: Option<bool>,
-    /// This process's vDSO written to a file (every process of this kernel and ABI maps the
-    /// same image); `Some(None)` once reading it failed.
-    vdso: Option<Option<tempfile::NamedTempFile>>,
+    /// This process's vDSO image (every process of this kernel and ABI maps the same
+    /// one), in memory: a memfd, named by its `/proc/self/fd` path (a file on disk would
+    /// outlive a profcol that is killed or exits without unwinding this thread, one per
+    /// run). `Some(None)` once reading it failed.
+    vdso: Option<Option<std::fs::File>>,
 }
 
 impl Worker {
@@ -538,15 +540,16 @@ impl Worker {
     fn vdso_path(&mut self) -> Option<PathBuf> {
         let file = self.vdso.get_or_insert_with(|| {
             let image = read_own_vdso()?;
-            let mut file = tempfile::Builder::new()
-                .prefix("profcol-vdso-")
-                .suffix(".so")
-                .tempfile()
+            let fd = rustix::fs::memfd_create("profcol-vdso", rustix::fs::MemfdFlags::CLOEXEC)
                 .ok()?;
+            let mut file = std::fs::File::from(fd);
             std::io::Write::write_all(&mut file, &image).ok()?;
             Some(file)
         });
-        file.as_ref().map(|f| f.path().to_path_buf())
+        file.as_ref().map(|f| {
+            use std::os::fd::AsRawFd;
+            PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        })
     }
 
     fn kernel(&mut self, addrs: &[u64]) -> Vec<Resolved> {

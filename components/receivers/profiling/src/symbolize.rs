@@ -540,8 +540,8 @@ impl Worker {
     fn vdso_path(&mut self) -> Option<PathBuf> {
         let file = self.vdso.get_or_insert_with(|| {
             let image = read_own_vdso()?;
-            let fd = rustix::fs::memfd_create("profcol-vdso", rustix::fs::MemfdFlags::CLOEXEC)
-                .ok()?;
+            let fd =
+                rustix::fs::memfd_create("profcol-vdso", rustix::fs::MemfdFlags::CLOEXEC).ok()?;
             let mut file = std::fs::File::from(fd);
             std::io::Write::write_all(&mut file, &image).ok()?;
             Some(file)

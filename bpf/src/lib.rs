@@ -1,4 +1,5 @@
-//! profcol's BPF side: a whole-system, frame-pointer based CPU profiler.
+//! profcol's BPF side: a whole-system CPU profiler whose user stacks are walked in BPF
+//! with unwind tables user space loads (frame pointers where a frame has none).
 //!
 //! A `perf_event` BPF program runs on a software cpu-clock event on every
 //! online CPU at [`ProfilerConfig::frequency_hz`] and sends each sample
@@ -13,7 +14,7 @@
 //! running kernel's BTF. Building needs no clang and running needs no
 //! libbpf/libelf on the host.
 //!
-//! Needs Linux ≥ 5.8 with BTF (`/sys/kernel/btf/vmlinux`) and root or
+//! Needs Linux ≥ 5.17 (`bpf_loop`) with BTF (`/sys/kernel/btf/vmlinux`) and root or
 //! `CAP_BPF` + `CAP_PERFMON` + `CAP_SYS_PTRACE` (+ `CAP_SYS_RESOURCE` before Linux 5.11).
 //!
 //! ```no_run

@@ -186,6 +186,11 @@ impl Unwinder {
             .iter()
             .map(|(&pid, &due)| (pid, due))
             .filter(|(pid, due)| {
+                // A held process waits for its tables (or the end of its wait), whatever
+                // its samples say meanwhile.
+                if self.held.contains_key(pid) {
+                    return due.tables_ready;
+                }
                 // A new mapping or a new table is worth giving at once; a missing table
                 // waits its turn.
                 due.unknown_mapping

@@ -125,8 +125,8 @@ fn whole(s: &Resolved) -> bool {
             .is_some_and(|f| f == "_start" || f == "clone3" || f == "__clone3")
 }
 
-/// Whether `names` appear in the stack in this order (leaf first), each right after the
-/// previous one among the frames that are not `skip`.
+/// Whether `names` appear in the stack in this order (leaf first), other frames (libc's,
+/// inlined ones) allowed between them.
 fn in_order(s: &Resolved, names: &[&str]) -> bool {
     let mut at = 0;
     for f in &s.frames {

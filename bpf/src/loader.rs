@@ -392,17 +392,7 @@ impl Profiler {
     }
 
     fn lost(&self, slot: u32) -> u64 {
-        let Ok(map) = find_map(&self.object, MAP_LOST) else {
-            return 0;
-        };
-        match map.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
-            Ok(Some(per_cpu)) => per_cpu
-                .iter()
-                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
-                .map(u64::from_ne_bytes)
-                .fold(0u64, u64::saturating_add),
-            _ => 0,
-        }
+        find_map(&self.object, MAP_LOST).map_or(0, |map| sum_per_cpu(&map, slot))
     }
 
     /// Replaces the pid filters at run time: only `include` processes are
@@ -510,7 +500,22 @@ fn note_malformed(counter: &AtomicU64, err: &DecodeError) {
     }
 }
 
-fn find_map<'o>(object: &'o Object, name: &'static str) -> Result<libbpf_rs::Map<'o>, BpfError> {
+/// Slot `slot` of a per-CPU array of u64 counters, summed over CPUs (0 when unreadable).
+pub(crate) fn sum_per_cpu(map: &libbpf_rs::Map<'_>, slot: u32) -> u64 {
+    match map.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
+        Ok(Some(per_cpu)) => per_cpu
+            .iter()
+            .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+            .map(u64::from_ne_bytes)
+            .fold(0u64, u64::saturating_add),
+        _ => 0,
+    }
+}
+
+pub(crate) fn find_map<'o>(
+    object: &'o Object,
+    name: &'static str,
+) -> Result<libbpf_rs::Map<'o>, BpfError> {
     object
         .maps()
         .find(|m| m.name() == name)

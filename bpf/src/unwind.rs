@@ -11,6 +11,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, Object};
 
 use crate::BpfError;
+use crate::loader::{find_map, sum_per_cpu};
 use crate::unwind_types::{UnwindEnd, UnwindMapping};
 
 /// Table slots; slot 0 means "no table" and is never used.
@@ -58,16 +59,6 @@ fn map_error(map: &'static str) -> impl Fn(libbpf_rs::Error) -> BpfError {
         map,
         message: format!("{e:#}"),
     }
-}
-
-fn find_map<'o>(object: &'o Object, name: &'static str) -> Result<libbpf_rs::Map<'o>, BpfError> {
-    object
-        .maps()
-        .find(|m| m.name() == name)
-        .ok_or_else(|| BpfError::Map {
-            map: name,
-            message: "not in the object".into(),
-        })
 }
 
 fn check_slot(slot: u32) -> Result<(), BpfError> {
@@ -223,16 +214,7 @@ pub(crate) fn stats(object: &Object) -> UnwindStats {
     let Ok(map) = find_map(object, MAP_STATS) else {
         return out;
     };
-    let read = |slot: u32| -> u64 {
-        match map.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
-            Ok(Some(per_cpu)) => per_cpu
-                .iter()
-                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
-                .map(u64::from_ne_bytes)
-                .fold(0u64, u64::saturating_add),
-            _ => 0,
-        }
-    };
+    let read = |slot: u32| sum_per_cpu(&map, slot);
     for (i, slot) in out.ends.iter_mut().enumerate() {
         *slot = read(i as u32);
     }

@@ -606,17 +606,22 @@ impl ProcessTable {
         if p.maps_version != 0 || !p.loaded || !p.allowed {
             return false;
         }
-        let Ok(maps) = read_maps(&self.procfs.pid_path(pid, "maps")) else {
-            return false;
-        };
+        self.read_mappings(pid, now).is_some()
+    }
+
+    /// Reads `/proc/<pid>/maps` into the process's mappings, counting a new version when
+    /// they changed. `None` when the file could not be read; else whether they changed.
+    fn read_mappings(&mut self, pid: u32, now: u64) -> Option<bool> {
+        let maps = read_maps(&self.procfs.pid_path(pid, "maps")).ok()?;
         let mappings = self.mappings_from(pid, &maps);
-        let Some(p) = self.processes.get_mut(&pid) else {
-            return false;
-        };
-        p.mappings = mappings;
-        p.maps_version = 1;
+        let p = self.processes.get_mut(&pid)?;
         p.maps_read_at = now;
-        true
+        if p.maps_version != 0 && p.mappings == mappings {
+            return Some(false);
+        }
+        p.mappings = mappings;
+        p.maps_version += 1;
+        Some(true)
     }
 
     /// The process, read from `/proc` when it is not known yet (a process started since the
@@ -703,24 +708,19 @@ impl ProcessTable {
         {
             return false;
         }
-        let Ok(maps) = read_maps(&self.procfs.pid_path(pid, "maps")) else {
+        let Some(changed) = self.read_mappings(pid, now) else {
             return false;
         };
-        let mappings = self.mappings_from(pid, &maps);
-        let Some(p) = self.processes.get_mut(&pid) else {
-            return false;
-        };
-        p.maps_read_at = now;
         let min = MAPS_REFRESH_INTERVAL.as_nanos() as u64;
         let max = MAX_MAPS_REFRESH_INTERVAL.as_nanos() as u64;
-        if p.mappings == mappings {
-            p.maps_refresh_wait = p.maps_refresh_wait.saturating_mul(2).clamp(min, max);
-            return false;
+        if let Some(p) = self.processes.get_mut(&pid) {
+            p.maps_refresh_wait = if changed {
+                min
+            } else {
+                p.maps_refresh_wait.saturating_mul(2).clamp(min, max)
+            };
         }
-        p.mappings = mappings;
-        p.maps_version += 1;
-        p.maps_refresh_wait = min;
-        true
+        changed
     }
 
     /// Reads the maps of a live process again now, whatever the wait: for the unwinder,

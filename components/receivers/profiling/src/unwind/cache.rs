@@ -44,8 +44,10 @@ struct Loaded {
 #[derive(Debug, Clone)]
 enum Entry {
     Loaded(Loaded),
-    /// Being built.
-    Building,
+    /// Being built; `attempts` earlier tries could not open the file.
+    Building {
+        attempts: u32,
+    },
     /// No table could be built (no CFI, refused, not ELF). Not tried again: the key
     /// names the same bytes. Its frames use the frame pointer.
     NoTable,
@@ -219,8 +221,6 @@ pub struct TableCache {
     queues: Option<[Arc<Queue>; 2]>,
     sequence: u64,
     done: mpsc::Receiver<Done>,
-    /// Open attempts of the files being built that could not be opened before.
-    attempts: HashMap<TableKey, u32>,
 }
 
 impl Drop for TableCache {
@@ -346,7 +346,6 @@ impl TableCache {
             queues,
             sequence: 0,
             done,
-            attempts: HashMap::new(),
         }
     }
 
@@ -381,7 +380,7 @@ impl TableCache {
                     None => Lookup::Absent,
                 };
             }
-            Some(Entry::Building) => return Lookup::Pending,
+            Some(Entry::Building { .. }) => return Lookup::Pending,
             Some(Entry::NoTable) => return Lookup::Absent,
             Some(Entry::NoRoom { tick }) if *tick == self.tick => return Lookup::Absent,
             Some(Entry::Unopened { attempts }) if *attempts >= MAX_OPEN_ATTEMPTS => {
@@ -406,8 +405,8 @@ impl TableCache {
             .as_ref()
             .is_some_and(|queues| queues[lane].push(request));
         if sent {
-            self.entries.insert(key.clone(), Entry::Building);
-            self.attempts.insert(key.clone(), attempts);
+            self.entries
+                .insert(key.clone(), Entry::Building { attempts });
             Lookup::Pending
         } else {
             self.queues = None;
@@ -427,7 +426,10 @@ impl TableCache {
         }) = self.done.try_recv()
         {
             self.stats.build_seconds += seconds;
-            let attempts = self.attempts.remove(&key).unwrap_or(0);
+            let attempts = match self.entries.get(&key) {
+                Some(Entry::Building { attempts }) => *attempts,
+                _ => 0,
+            };
             let entry = match outcome {
                 Outcome::NoTable => {
                     self.stats.failed += 1;
@@ -454,11 +456,6 @@ impl TableCache {
             finished.push(key);
         }
         finished
-    }
-
-    /// Whether a table is still being built.
-    pub fn is_building(&self, key: &TableKey) -> bool {
-        matches!(self.entries.get(key), Some(Entry::Building))
     }
 
     /// The rows of the table in `slot`, when it holds `generation`.

@@ -307,7 +307,12 @@ impl Profiler {
         timeout: Duration,
         on_event: &mut dyn FnMut(Event),
     ) -> Result<usize, BpfError> {
-        let rc = self.ring.poll_raw(timeout);
+        let mut rc = self.ring.poll_raw(timeout);
+        if rc == 0 {
+            // Process events are written without waking the reader (profiler.bpf.c):
+            // a poll that timed out still takes what is there.
+            rc = self.ring.consume_raw();
+        }
         if rc < 0 && rc != -libc::EINTR {
             return Err(BpfError::Poll(
                 std::io::Error::from_raw_os_error(-rc).to_string(),

@@ -102,6 +102,10 @@ impl SampleSource for BpfSource {
         self.profiler.lost_samples()
     }
 
+    fn lost_process_events(&self) -> u64 {
+        self.profiler.lost_process_events()
+    }
+
     fn unwind_maps(&mut self) -> Option<&mut dyn UnwindMaps> {
         Some(self)
     }

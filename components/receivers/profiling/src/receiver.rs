@@ -26,6 +26,7 @@ pub const SAMPLES_FILTERED_METRIC: &str = "otelcol_receiver_profiling_samples_fi
 pub const FRAMES_UNSYMBOLIZED_METRIC: &str = "otelcol_receiver_profiling_frames_unsymbolized_total";
 pub const PROCESSES_METRIC: &str = "otelcol_receiver_profiling_processes";
 pub const SAMPLES_LOST_METRIC: &str = "otelcol_receiver_profiling_samples_lost_total";
+pub const PROCESS_EVENTS_LOST_METRIC: &str = "otelcol_receiver_profiling_process_events_lost_total";
 pub const FILES_REJECTED_METRIC: &str = "otelcol_receiver_profiling_files_rejected_total";
 pub const SYMBOLIZER_RESTARTS_METRIC: &str = "otelcol_receiver_profiling_symbolizer_restarts_total";
 pub const UNWIND_ENDS_METRIC: &str = "otelcol_receiver_profiling_unwind_ends_total";
@@ -59,6 +60,13 @@ impl fmt::Display for SourceError {
 impl std::error::Error for SourceError {}
 
 /// A source of samples: the BPF sampler. Polled from one thread.
+/// What the sampler lost, since start.
+#[derive(Debug, Clone, Copy, Default)]
+struct Lost {
+    samples: u64,
+    process_events: u64,
+}
+
 pub trait SampleSource: Send + 'static {
     /// Waits at most `timeout` for events and hands every one ready to `sink`. An error
     /// stops the receiver (the collector treats it as fatal).
@@ -70,6 +78,11 @@ pub trait SampleSource: Send + 'static {
 
     /// Samples the sampler could not hand over so far (its ring buffer was full).
     fn lost_samples(&self) -> u64 {
+        0
+    }
+
+    /// Exec, fork and exit events lost because the ring buffer was full, since start.
+    fn lost_process_events(&self) -> u64 {
         0
     }
 
@@ -299,7 +312,7 @@ impl Loop {
         self.started.ready();
         tracing::info!(id = %self.id, processes = engine.stats().processes_tracked, "profiling receiver started");
         let mut reported = Stats::default();
-        let mut reported_lost = 0u64;
+        let mut reported_lost = Lost::default();
         let mut reported_unwinding = Unwinding::default();
         let flusher = Flusher::start(&self.id, self.output.clone());
         let mut next_flush = Instant::now() + interval;
@@ -326,7 +339,7 @@ impl Loop {
             let now = Instant::now();
             if now >= next_flush {
                 self.flush(&mut engine, &flusher, &mut reported);
-                self.report_lost(source.lost_samples(), &mut reported_lost);
+                self.report_lost(source.as_ref(), &mut reported_lost);
                 self.report_unwinding(&engine, source.as_ref(), &mut reported_unwinding);
                 next_flush += interval;
                 if next_flush <= now {
@@ -338,7 +351,7 @@ impl Loop {
         engine.drain_deferred();
         self.flush(&mut engine, &flusher, &mut reported);
         engine.add_unsymbolized(flusher.finish());
-        self.report_lost(source.lost_samples(), &mut reported_lost);
+        self.report_lost(source.as_ref(), &mut reported_lost);
         self.report_unwinding(&engine, source.as_ref(), &mut reported_unwinding);
         result
     }
@@ -426,16 +439,27 @@ impl Loop {
         reported.cache = now;
     }
 
-    fn report_lost(&self, lost: u64, reported: &mut u64) {
+    fn report_lost(&self, source: &dyn SampleSource, reported: &mut Lost) {
         let labels = [("receiver", self.id.as_str())];
+        let now = Lost {
+            samples: source.lost_samples(),
+            process_events: source.lost_process_events(),
+        };
         self.telemetry
             .counter(
                 SAMPLES_LOST_METRIC,
                 "Samples lost because the sampler's ring buffer was full.",
                 &labels,
             )
-            .add(lost.saturating_sub(*reported));
-        *reported = lost;
+            .add(now.samples.saturating_sub(reported.samples));
+        self.telemetry
+            .counter(
+                PROCESS_EVENTS_LOST_METRIC,
+                "Exec, fork and exit events lost because the sampler's ring buffer was full.",
+                &labels,
+            )
+            .add(now.process_events.saturating_sub(reported.process_events));
+        *reported = now;
     }
 
     fn flush(&self, engine: &mut Engine, flusher: &Flusher, reported: &mut Stats) {

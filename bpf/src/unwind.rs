@@ -39,7 +39,7 @@ const BATCH_ROWS: usize = 1 << 16;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UnwindStats {
     /// Walks ended, per [`UnwindEnd`] in [`UnwindEnd::ALL`] order.
-    pub ends: [u64; 8],
+    pub ends: [u64; UnwindEnd::ALL.len()],
     /// Callers found with a table row.
     pub frames_from_tables: u64,
     /// Callers found with the frame pointer.
@@ -218,7 +218,9 @@ pub(crate) fn stats(object: &Object) -> UnwindStats {
     for (i, slot) in out.ends.iter_mut().enumerate() {
         *slot = read(i as u32);
     }
-    out.frames_from_tables = read(8);
-    out.frames_from_frame_pointers = read(9);
+    // After the ends: `STAT_FRAMES_TABLE` and `STAT_FRAMES_FP`.
+    let after_ends = UnwindEnd::ALL.len() as u32;
+    out.frames_from_tables = read(after_ends);
+    out.frames_from_frame_pointers = read(after_ends + 1);
     out
 }

@@ -24,11 +24,14 @@ pub enum UnwindEnd {
     Unsupported,
     /// A kernel thread: no user stack.
     NoUserStack,
+    /// A sample in the kernel during `execve`: its user registers and memory belong to
+    /// an image being replaced, which no mappings describe, so it has no user stack.
+    InExec,
 }
 
 impl UnwindEnd {
     /// Every reason, in the order of their counters.
-    pub const ALL: [UnwindEnd; 8] = [
+    pub const ALL: [UnwindEnd; 9] = [
         UnwindEnd::Outermost,
         UnwindEnd::FramePointerChain,
         UnwindEnd::NoProcess,
@@ -37,6 +40,7 @@ impl UnwindEnd {
         UnwindEnd::BadFrame,
         UnwindEnd::Unsupported,
         UnwindEnd::NoUserStack,
+        UnwindEnd::InExec,
     ];
 
     /// The reason for its code in `profiler.bpf.c` (an unknown one reads as
@@ -59,6 +63,7 @@ impl UnwindEnd {
             UnwindEnd::BadFrame => "bad_frame",
             UnwindEnd::Unsupported => "unsupported",
             UnwindEnd::NoUserStack => "no_user_stack",
+            UnwindEnd::InExec => "in_exec",
         }
     }
 
@@ -66,7 +71,10 @@ impl UnwindEnd {
     pub fn is_complete(self) -> bool {
         matches!(
             self,
-            UnwindEnd::Outermost | UnwindEnd::FramePointerChain | UnwindEnd::NoUserStack
+            UnwindEnd::Outermost
+                | UnwindEnd::FramePointerChain
+                | UnwindEnd::NoUserStack
+                | UnwindEnd::InExec
         )
     }
 }

@@ -91,6 +91,7 @@ struct pt_regs {
 	unsigned long bp;
 	unsigned long sp;
 	unsigned long ip;
+	unsigned long orig_ax; /* the syscall number, for a task in a syscall */
 } __attribute__((preserve_access_index));
 
 /* include/linux/binfmts.h */

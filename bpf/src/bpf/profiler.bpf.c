@@ -38,6 +38,9 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* x86_64 syscall numbers, as the syscall's saved registers hold them (orig_ax). */
+#define SYSCALL_EXECVE 59
+#define SYSCALL_EXECVEAT 322
 #define MAX_FRAMES 127 /* per stack; kernel.perf_event_max_stack defaults to 127 */
 #define COMM_LEN 16
 #define FILENAME_LEN 256
@@ -201,7 +204,8 @@ enum unwind_end {
 	END_BAD_FRAME = 5,   /* the CFA not above sp, or fp below sp: not a stack */
 	END_UNSUPPORTED = 6, /* a rule the walker cannot follow past the leaf frame */
 	END_NO_USER = 7,     /* a kernel thread: no user stack */
-	UNWIND_ENDS = 8,
+	END_IN_EXEC = 8,     /* in execve: the user registers and memory are an image being replaced */
+	UNWIND_ENDS = 9,
 };
 #define STAT_FRAMES_TABLE (UNWIND_ENDS + 0) /* caller found with a table row */
 #define STAT_FRAMES_FP (UNWIND_ENDS + 1)    /* caller found with the frame pointer */
@@ -570,9 +574,10 @@ static long unwind_frame(u32 index, struct frame_loop *loop)
 }
 
 /*
- * For a process user space does not know yet: its user registers and as much of the top
- * of its stack as can be read (8 KiB, or less near the top of the stack), placed after
- * the `at` frames present, for user space to unwind once it has the tables.
+ * For a process user space does not know yet, or whose walk met an unknown mapping: its
+ * user registers and as much of the top of its stack as can be read (8 KiB, or less near
+ * the top of the stack), placed after the `at` frames present, for user space to unwind
+ * once it has the tables and mappings. At most MAX_STACK_COPIES per process image.
  */
 static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *regs, u32 at)
 {
@@ -627,6 +632,21 @@ static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct sc
 		w->end = END_NO_USER;
 		return 0;
 	}
+	regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	/*
+	 * A sample in the kernel during execve: the user registers are the old image's
+	 * call (or already the new entry point), the memory maybe already the new
+	 * image's, and neither matches the mappings user space reads. Its user stack
+	 * would be resolved against the wrong image, so it has none.
+	 */
+	if (first > 0) {
+		long nr = BPF_CORE_READ(regs, orig_ax);
+
+		if (nr == SYSCALL_EXECVE || nr == SYSCALL_EXECVEAT) {
+			w->end = END_IN_EXEC;
+			return 0;
+		}
+	}
 	/* Held for the whole walk: removing it meanwhile frees it only after this program. */
 	pm = bpf_map_lookup_elem(&process_mappings, &tgid);
 	if (!pm) {
@@ -639,10 +659,9 @@ static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct sc
 			n = MAX_FRAMES;
 			e->flags |= SAMPLE_USER_TRUNCATED;
 		}
-		copy_stack(e, (struct pt_regs *)bpf_task_pt_regs(task), first + n);
+		copy_stack(e, regs, first + n);
 		return n;
 	}
-	regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	w->pc = BPF_CORE_READ(regs, ip);
 	w->sp = BPF_CORE_READ(regs, sp);
 	w->fp = BPF_CORE_READ(regs, bp);
@@ -663,7 +682,14 @@ static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct sc
 	if (w->end != END_OUTERMOST && w->end != END_FP_CHAIN)
 		e->flags |= SAMPLE_USER_TRUNCATED;
 	n = w->n;
-	return n > MAX_FRAMES ? MAX_FRAMES : n;
+	if (n > MAX_FRAMES)
+		n = MAX_FRAMES;
+	/* A library mapped since user space read the maps (the dynamic loader at start,
+	 * dlopen): the walk stopped there, so the sample carries a copy to be walked
+	 * again once user space has given the new mappings. */
+	if (w->flags & SAMPLE_UNKNOWN_MAPPING)
+		copy_stack(e, regs, first + n);
+	return n;
 }
 
 static __always_inline void count_lost(u32 slot)

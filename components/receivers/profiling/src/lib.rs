@@ -302,6 +302,20 @@ impl Engine {
 
     pub fn on_process_event(&mut self, event: ProcessEvent) {
         let now = self.env.clock.now_unix_nano();
+        if let ProcessEvent::Exec { pid, .. } = event
+            && self.deferred.iter().any(|(s, _)| s.pid == pid)
+        {
+            // Samples held for their stack copies ran the image this exec ends: they are
+            // resolved with its maps now, with the walk they carry, before the new image
+            // replaces it.
+            let (ended, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+                .into_iter()
+                .partition(|(s, _)| s.pid == pid);
+            self.deferred = waiting;
+            for (sample, _) in ended {
+                self.add_sample(sample, now);
+            }
+        }
         if let ProcessEvent::Exec { pid, .. } | ProcessEvent::Exit { pid } = event {
             self.unwinder.forget(pid);
         }
@@ -316,14 +330,16 @@ impl Engine {
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
             .into_iter()
             .partition(|(sample, at)| {
-                !self.unwinder.is_waiting(sample.pid) || now.saturating_sub(*at) > MAX_DEFER_NANOS
+                let image = self.table.fork_image(sample.pid).unwrap_or(sample.pid);
+                !self.unwinder.is_waiting(image) || now.saturating_sub(*at) > MAX_DEFER_NANOS
             });
         self.deferred = waiting;
         for (mut sample, _) in ready {
+            let image = self.table.fork_image(sample.pid).unwrap_or(sample.pid);
             if let Some(copy) = sample.stack_copy.take()
                 && let Some((frames, end)) =
                     self.unwinder
-                        .walk_copy(sample.pid, &copy, maps, config::MAX_STACK_DEPTH as usize)
+                        .walk_copy(image, &copy, maps, config::MAX_STACK_DEPTH as usize)
                 // The frame-pointer walk wins only where it went further than a walk
                 // that did not reach the end (frames past the copied 8 KiB).
                 && (end.is_complete() || frames.len() >= sample.user_stack.len())
@@ -356,17 +372,43 @@ impl Engine {
         self.stats.samples_received += 1;
         let now = self.env.clock.now_unix_nano();
         let pid = sample.pid;
+        if sample.unwind.end == Some(profcol_bpf::UnwindEnd::InExec) {
+            self.on_sample_in_exec(sample, now);
+            return;
+        }
         let process = self.table.get_or_load(pid, now);
         if !process.allowed {
             self.stats.samples_filtered += 1;
             self.unwinder.on_sample(pid, &sample.unwind, false);
             return;
         }
-        self.table.ensure_maps(pid, now);
-        self.unwinder.on_sample(pid, &sample.unwind, true);
+        if let Some(parent) = process.forked_from.filter(|_| process.unread) {
+            // A fork that has exec'd since this sample: it ran its parent's image, so
+            // its stack is resolved (and its stack copy walked) with the parent's maps.
+            self.table.get_or_load(parent, now);
+        }
+        let image = self.table.fork_image(pid).unwrap_or(pid);
+        self.table.ensure_maps(image, now);
+        self.unwinder.on_sample(image, &sample.unwind, true);
         if sample.stack_copy.is_some() && self.deferred.len() < MAX_DEFERRED_SAMPLES {
             // Unwound at a sync, once the process's tables are loaded.
             self.deferred.push((sample, now));
+            return;
+        }
+        self.add_sample(sample, now);
+    }
+
+    /// A sample taken during `execve` has kernel frames only. `/proc` describes neither
+    /// the image being replaced nor the one being loaded, so the process is read only if
+    /// nothing at all is known of it, and its unwinding is left alone: the exec event
+    /// that follows starts the new image afresh.
+    fn on_sample_in_exec(&mut self, sample: RawSample, now: u64) {
+        let process = match self.table.get(sample.pid) {
+            Some(p) => p,
+            None => self.table.get_or_load(sample.pid, now),
+        };
+        if !process.allowed {
+            self.stats.samples_filtered += 1;
             return;
         }
         self.add_sample(sample, now);
@@ -379,7 +421,10 @@ impl Engine {
             .max_stack_depth
             .clamp(1, config::MAX_STACK_DEPTH) as usize;
         let pid = sample.pid;
-        let Some(process) = self.table.get(pid) else {
+        // The process whose mappings the user stack lies in: its own, or for a fork
+        // before its exec, its parent's.
+        let image = self.table.fork_image(pid).unwrap_or(pid);
+        let Some(process) = self.table.get(image) else {
             return;
         };
         let user = &sample.user_stack[..sample.user_stack.len().min(max)];
@@ -390,9 +435,10 @@ impl Engine {
                 .enumerate()
                 .any(|(i, &a)| process.find_mapping(user_address(i, a)).is_none())
         {
-            self.table.refresh_maps(pid, now);
+            self.table.refresh_maps(image, now);
         }
-        let Some(process) = self.table.get(pid) else {
+        let (Some(process), Some(image_process)) = (self.table.get(pid), self.table.get(image))
+        else {
             return;
         };
         let mut frames = Vec::with_capacity(sample.kernel_stack.len().min(max) + user.len() + 2);
@@ -406,9 +452,9 @@ impl Engine {
         }
         for (i, &addr) in user.iter().enumerate() {
             let addr = user_address(i, addr);
-            frames.push(match process.find_mapping(addr) {
+            frames.push(match image_process.find_mapping(addr) {
                 Some(m) => Frame::User {
-                    mapping: self.builder.mapping(pid, m),
+                    mapping: self.builder.mapping(image, m),
                     address: m.file_offset(addr),
                 },
                 None => Frame::Unmapped { addr },

@@ -28,6 +28,14 @@ use crate::{BadInputCounters, ProcessEvent};
 /// over; a read that finds a new mapping starts again from the shortest wait.
 pub const MAPS_REFRESH_INTERVAL: Duration = Duration::from_millis(50);
 pub const MAX_MAPS_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
+/// The shortest wait while a process's maps are young ([`YOUNG_MAPS`] since first read):
+/// a process is often first read while its dynamic loader is still mapping its
+/// libraries, and its next samples, a few milliseconds later, lie in them.
+pub const YOUNG_MAPS_REFRESH_INTERVAL: Duration = Duration::from_millis(1);
+pub const YOUNG_MAPS: Duration = Duration::from_secs(1);
+/// How long maps that describe another image (an exec whose event has not come) are
+/// refused: the event comes within a drain of the ring buffer, unless it was lost.
+const REPLACED_IMAGE_WAIT: Duration = Duration::from_millis(100);
 /// Above this many cached files, files no tracked process maps any more are dropped.
 const FILE_CACHE_SOFT_LIMIT: usize = 16_384;
 /// `/proc/<pid>/maps` read at most (about 150 000 lines; a process can make its maps
@@ -414,11 +422,18 @@ pub struct Process {
     pub start_time: Option<u64>,
     /// The selected environment variables, read while the process was alive.
     pub env: Vec<(String, String)>,
-    /// Known only from its exec event: `/proc` is read at its first sample.
+    /// Known only from its exec or fork event: `/proc` is read at its first sample.
     pub unread: bool,
+    /// For a child known only from its fork event: the parent, whose image it runs
+    /// until its exec.
+    pub forked_from: Option<u32>,
     /// Goes up by one each time `mappings` are read; 0 until they first are.
     pub maps_version: u64,
     maps_read_at: u64,
+    /// When `mappings` were first read (unix ns).
+    maps_first_read_at: u64,
+    /// When a read of the maps first found another image in place of this one.
+    image_replaced_at: Option<u64>,
     /// The wait before the maps may be read again ([`MAPS_REFRESH_INTERVAL`]).
     maps_refresh_wait: u64,
 }
@@ -438,9 +453,12 @@ impl Process {
             exited_at: None,
             start_time: None,
             unread: false,
+            forked_from: None,
             maps_version: 0,
             maps_read_at: 0,
-            maps_refresh_wait: MAPS_REFRESH_INTERVAL.as_nanos() as u64,
+            maps_first_read_at: 0,
+            image_replaced_at: None,
+            maps_refresh_wait: YOUNG_MAPS_REFRESH_INTERVAL.as_nanos() as u64,
         }
     }
 
@@ -619,7 +637,29 @@ impl ProcessTable {
         if p.maps_version != 0 && p.mappings == mappings {
             return Some(false);
         }
+        // Not one file mapping left where it was: the process has exec'd, and its exec
+        // event, still to come, replaces the entry. Until then its samples are of the
+        // image these maps describe; past a short wait the event was lost, and the new
+        // maps are taken.
+        let is_file = |m: &Mapping| m.kind == MappingKind::File;
+        let replaced = p.mappings.iter().any(|m| is_file(m))
+            && !p.mappings.iter().any(|old| {
+                is_file(old)
+                    && mappings
+                        .iter()
+                        .any(|new| new.start == old.start && new.inode == old.inode)
+            });
+        if replaced {
+            let since = *p.image_replaced_at.get_or_insert(now);
+            if now.saturating_sub(since) < REPLACED_IMAGE_WAIT.as_nanos() as u64 {
+                return Some(false);
+            }
+        }
+        p.image_replaced_at = None;
         p.mappings = mappings;
+        if p.maps_version == 0 {
+            p.maps_first_read_at = now;
+        }
         p.maps_version += 1;
         Some(true)
     }
@@ -633,12 +673,24 @@ impl ProcessTable {
                 self.load(pid, now);
             }
             Some(p) if p.unread => {
-                let named = (p.exe_path.clone(), p.comm.clone());
+                let placeholder = p.clone();
                 self.load(pid, now);
-                // Gone already: the path it was exec'd with still names it.
-                if let Some(p) = self.processes.get_mut(&pid).filter(|p| !p.loaded) {
-                    (p.exe_path, p.comm) = named;
+                let Some(p) = self.processes.get_mut(&pid) else {
+                    return &self.processes[&pid];
+                };
+                if !p.loaded {
+                    // Gone already: the path it was exec'd with still names it.
+                    (p.exe_path, p.comm) = (placeholder.exe_path, placeholder.comm);
                     p.allowed = self.filter.allows(p);
+                } else if placeholder.forked_from.is_some()
+                    && placeholder.exe_path.is_some()
+                    && p.exe_path != placeholder.exe_path
+                {
+                    // A fork's sample comes before its exec event, yet /proc shows the
+                    // new image: the child has exec'd since. The sample is of the image
+                    // it had, its parent's (see `fork_image`), and the exec event that
+                    // follows replaces the placeholder.
+                    *p = placeholder;
                 }
             }
             Some(_) => {}
@@ -677,6 +729,7 @@ impl ProcessTable {
                 // name, which is its image.
                 let mut child = Process::unknown(child_pid);
                 child.unread = true;
+                child.forked_from = Some(parent_pid);
                 if let Some(parent) = self.processes.get(&parent_pid) {
                     child.exe_path = parent.exe_path.clone();
                     child.comm = parent.comm.clone();
@@ -695,25 +748,39 @@ impl ProcessTable {
         }
     }
 
+    /// For a forked child not read yet (its samples came before its exec event, but
+    /// `/proc` already shows the image it exec'd): the parent, whose image it ran.
+    pub fn fork_image(&self, pid: u32) -> Option<u32> {
+        let child = self.processes.get(&pid).filter(|p| p.unread)?;
+        let parent = child.forked_from?;
+        self.processes
+            .get(&parent)
+            .is_some_and(|p| p.loaded && !p.unread)
+            .then_some(parent)
+    }
+
     /// Reads the maps of a live process again when an address missed them all, after the
-    /// wait [`MAPS_REFRESH_INTERVAL`] describes. Returns whether they changed.
+    /// wait [`MAPS_REFRESH_INTERVAL`] and [`YOUNG_MAPS_REFRESH_INTERVAL`] describe.
+    /// Returns whether they changed.
     pub fn refresh_maps(&mut self, pid: u32, now: u64) -> bool {
         let Some(p) = self.processes.get(&pid) else {
             return false;
         };
-        if !p.loaded
-            || !p.allowed
-            || p.exited_at.is_some()
-            || now.saturating_sub(p.maps_read_at) < p.maps_refresh_wait
-        {
+        if !p.loaded || !p.allowed || p.exited_at.is_some() || self.maps_refresh_waits(pid, now) {
             return false;
         }
         let Some(changed) = self.read_mappings(pid, now) else {
             return false;
         };
-        let min = MAPS_REFRESH_INTERVAL.as_nanos() as u64;
         let max = MAX_MAPS_REFRESH_INTERVAL.as_nanos() as u64;
         if let Some(p) = self.processes.get_mut(&pid) {
+            let young = now.saturating_sub(p.maps_first_read_at) < YOUNG_MAPS.as_nanos() as u64;
+            let min = if young {
+                YOUNG_MAPS_REFRESH_INTERVAL
+            } else {
+                MAPS_REFRESH_INTERVAL
+            }
+            .as_nanos() as u64;
             p.maps_refresh_wait = if changed {
                 min
             } else {
@@ -723,6 +790,17 @@ impl ProcessTable {
         changed
     }
 
+    /// Whether only the wait keeps [`ProcessTable::refresh_maps`] from reading the maps
+    /// of `pid` now.
+    pub fn maps_refresh_waits(&self, pid: u32, now: u64) -> bool {
+        self.processes.get(&pid).is_some_and(|p| {
+            p.loaded
+                && p.allowed
+                && p.exited_at.is_none()
+                && now.saturating_sub(p.maps_read_at) < p.maps_refresh_wait
+        })
+    }
+
     /// Reads the maps of a live process again now, whatever the wait: for the unwinder,
     /// once per process, when it first gives the walker its mappings (its samples so far
     /// may lie in libraries mapped after its first sample was read). Returns whether
@@ -730,7 +808,6 @@ impl ProcessTable {
     pub fn reread_maps(&mut self, pid: u32, now: u64) -> bool {
         if let Some(p) = self.processes.get_mut(&pid) {
             p.maps_read_at = 0;
-            p.maps_refresh_wait = MAPS_REFRESH_INTERVAL.as_nanos() as u64;
         }
         self.refresh_maps(pid, now)
     }
@@ -789,6 +866,7 @@ impl ProcessTable {
         {
             p.mappings = self.mappings_from(pid, &maps);
             p.maps_version = 1;
+            p.maps_first_read_at = now;
         }
         p
     }
@@ -1360,5 +1438,90 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert!(!table.refresh_maps(20, s + 1), "too soon");
         assert!(table.refresh_maps(20, 2 * s));
         assert!(table.get(20).expect("p").find_mapping(0x400000).is_some());
+    }
+
+    #[test]
+    fn maps_of_an_image_that_replaced_the_known_one_wait_for_its_exec_event() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let exe = std::env::current_exe().expect("exe");
+        let line = |start: u64| {
+            format!(
+                "{start:08x}-{:08x} r-xp 00000000 00:00 0 {}\n",
+                start + 0x1000,
+                exe.display()
+            )
+        };
+        fake_proc(root, 22, &exe, "", &line(0x400000), 1);
+        let mut table = ProcessTable::new(
+            ProcFs::new(root),
+            Duration::from_secs(1),
+            Filter::allow_all(),
+        );
+        let s = 1_000_000_000u64;
+        table.load(22, s);
+        // exec'd: the executable elsewhere, nothing of the old image left.
+        fs::write(root.join("22/maps"), line(0x800000)).expect("maps");
+        assert!(!table.reread_maps(22, 2 * s));
+        let p = table.get(22).expect("p");
+        assert!(p.find_mapping(0x400000).is_some() && p.find_mapping(0x800000).is_none());
+        // A library added to the same image is taken.
+        fs::write(root.join("22/maps"), line(0x400000) + &line(0x800000)).expect("maps");
+        assert!(table.reread_maps(22, 3 * s));
+        assert!(table.get(22).expect("p").find_mapping(0x800000).is_some());
+        // With its exec event lost, another image is taken after a short wait.
+        fs::write(root.join("22/maps"), line(0xa00000)).expect("maps");
+        assert!(!table.reread_maps(22, 3 * s + 1));
+        assert!(!table.reread_maps(22, 3 * s + 50_000_000));
+        assert!(table.reread_maps(22, 3 * s + 1 + 100_000_000));
+        assert!(table.get(22).expect("p").find_mapping(0xa00000).is_some());
+        // The exec event replaces the entry; its first read takes whatever is there.
+        table.on_event(
+            &ProcessEvent::Exec {
+                pid: 22,
+                filename: exe.display().to_string(),
+            },
+            4 * s,
+        );
+        fs::write(root.join("22/maps"), line(0xc00000)).expect("maps");
+        let p = table.get_or_load(22, 4 * s);
+        assert!(p.find_mapping(0xc00000).is_some());
+    }
+
+    #[test]
+    fn young_maps_are_read_again_within_milliseconds_older_ones_wait_longer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path();
+        let exe = std::env::current_exe().expect("exe");
+        fake_proc(root, 21, &exe, "", "", 1);
+        let mut table = ProcessTable::new(
+            ProcFs::new(root),
+            Duration::from_secs(1),
+            Filter::allow_all(),
+        );
+        let (s, ms) = (1_000_000_000u64, 1_000_000u64);
+        let mut lines = String::new();
+        let mut map_one_more = |n: u64| {
+            lines += &format!(
+                "{:08x}-{:08x} r-xp 00000000 00:00 0 {}\n",
+                0x400000 * n,
+                0x400000 * n + 0x1000,
+                exe.display()
+            );
+            fs::write(root.join("21/maps"), &lines).expect("maps");
+        };
+        // First read while the dynamic loader is still at work.
+        table.load(21, s);
+        map_one_more(1);
+        assert!(table.refresh_maps(21, s + ms), "a millisecond later");
+        map_one_more(2);
+        assert!(table.refresh_maps(21, s + 2 * ms), "still young");
+        // A second on, a change is followed by the longer wait.
+        map_one_more(3);
+        assert!(table.refresh_maps(21, 2 * s));
+        map_one_more(4);
+        assert!(!table.refresh_maps(21, 2 * s + 10 * ms), "too soon");
+        assert!(table.refresh_maps(21, 2 * s + 50 * ms));
+        assert_eq!(table.get(21).expect("p").mappings.len(), 4);
     }
 }

@@ -431,6 +431,193 @@ fn idle_samples_need_no_proc_entry() {
 }
 
 #[test]
+fn a_sample_in_execve_has_kernel_frames_only_and_reads_no_proc() {
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            ..Config::default()
+        },
+        env(clock_at(S)),
+    );
+    let parent = std::process::id();
+    engine.on_sample(sample(
+        parent,
+        S,
+        vec![engine_marker_leaf as *const () as usize as u64],
+    ));
+    // A child that is no process of this machine: reading /proc for it would mark it
+    // gone. Its exec has begun but its exec event is still behind this sample.
+    let child = u32::MAX - 7;
+    engine.on_process_event(ProcessEvent::Fork {
+        parent_pid: parent,
+        child_pid: child,
+    });
+    let mut s = sample(child, S + 1, Vec::new());
+    s.kernel_stack = vec![0xffffffff81000010, 0xffffffff81000020];
+    s.unwind.end = Some(profcol_bpf::UnwindEnd::InExec);
+    engine.on_sample(s);
+    let p = engine
+        .processes()
+        .get(child)
+        .expect("the fork's placeholder");
+    assert!(p.unread, "/proc was not read for the image in flux");
+    assert!(!engine.unwinder.is_waiting(child), "no tables asked for");
+
+    let batch = engine.flush().expect("batch");
+    let d = batch.dictionary();
+    let rp = batch
+        .resource_profiles()
+        .iter()
+        .find(|rp| {
+            rp.resource.as_ref().is_some_and(|r| {
+                r.attributes.iter().any(|kv| {
+                    kv.key == "process.pid"
+                        && kv.value.as_ref().and_then(|v| v.value.clone())
+                            == Some(Value::IntValue(i64::from(child)))
+                })
+            })
+        })
+        .expect("the child's resource");
+    let profile = &rp.scope_profiles[0].profiles[0];
+    let stack = &d.stack_table[profile.samples[0].stack_index as usize];
+    assert_eq!(
+        stack.location_indices.len(),
+        2,
+        "kernel frames, nothing else"
+    );
+    for &l in &stack.location_indices {
+        assert_eq!(frame_type(d, l), "kernel");
+    }
+}
+
+#[test]
+fn a_forks_sample_from_before_its_exec_is_resolved_with_its_parents_image() {
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            ..Config::default()
+        },
+        env(clock_at(S)),
+    );
+    let parent = std::process::id();
+    let leaf = engine_marker_leaf as *const () as usize as u64;
+    engine.on_sample(sample(parent, S, vec![leaf]));
+    // The child forked from this process and has exec'd sleep by the time its sample,
+    // taken before the exec, is read: its exec event is still behind it.
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("sleep");
+    let child_pid = child.id();
+    for _ in 0..500 {
+        let exe = std::fs::read_link(format!("/proc/{child_pid}/exe")).unwrap_or_default();
+        if exe.file_name().is_some_and(|n| n == "sleep") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    engine.on_process_event(ProcessEvent::Fork {
+        parent_pid: parent,
+        child_pid,
+    });
+    engine.on_sample(sample(child_pid, S + 1, vec![leaf]));
+    let p = engine.processes().get(child_pid).expect("child");
+    assert!(p.unread, "still the fork's placeholder");
+    assert_eq!(engine.processes().fork_image(child_pid), Some(parent));
+
+    let batch = engine.flush().expect("batch");
+    let d = batch.dictionary();
+    let exe = std::env::current_exe().expect("exe");
+    let mut child_samples = 0;
+    for rp in batch.resource_profiles() {
+        let attr = |key: &str| {
+            rp.resource
+                .as_ref()?
+                .attributes
+                .iter()
+                .find(|kv| kv.key == key)?
+                .value
+                .clone()?
+                .value
+        };
+        if attr("process.pid") != Some(Value::IntValue(i64::from(child_pid))) {
+            continue;
+        }
+        assert_eq!(
+            attr("process.executable.name"),
+            Some(Value::StringValue(
+                exe.file_name()
+                    .expect("name")
+                    .to_string_lossy()
+                    .into_owned()
+            )),
+            "named after the image it ran"
+        );
+        for s in &rp.scope_profiles[0].profiles[0].samples {
+            child_samples += 1;
+            let loc = d.stack_table[s.stack_index as usize].location_indices[0];
+            let m = &d.mapping_table[d.location_table[loc as usize].mapping_index as usize];
+            assert_eq!(
+                d.string_table[m.filename_strindex as usize],
+                exe.display().to_string(),
+                "the parent's mapping"
+            );
+        }
+    }
+    assert_eq!(child_samples, 1);
+
+    // Its exec event replaces the placeholder: the next sample reads the new image.
+    engine.on_process_event(ProcessEvent::Exec {
+        pid: child_pid,
+        filename: "/usr/bin/sleep".into(),
+    });
+    engine.on_sample(sample(child_pid, S + 2, vec![0x10]));
+    let p = engine.processes().get(child_pid).expect("child");
+    assert!(!p.unread && p.loaded);
+    assert_eq!(p.executable_name(), Some("sleep"));
+    assert_eq!(engine.processes().fork_image(child_pid), None);
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+}
+
+#[test]
+fn samples_held_for_their_stack_copy_are_resolved_with_the_image_an_exec_ends() {
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            ..Config::default()
+        },
+        env(clock_at(S)),
+    );
+    let pid = std::process::id();
+    let leaf = engine_marker_leaf as *const () as usize as u64;
+    let mut s = sample(pid, S, vec![leaf]);
+    s.unwind.end = Some(profcol_bpf::UnwindEnd::NoProcess);
+    s.stack_copy = Some(profcol_bpf::StackCopy {
+        pc: leaf,
+        sp: 0x7ffd_0000_0000,
+        fp: 0,
+        stack: vec![0; 64],
+    });
+    engine.on_sample(s);
+    assert_eq!(engine.deferred.len(), 1, "held until the tables are given");
+    engine.on_process_event(ProcessEvent::Exec {
+        pid,
+        filename: "/usr/bin/true".into(),
+    });
+    assert!(engine.deferred.is_empty());
+    let batch = engine.flush().expect("batch");
+    let d = batch.dictionary();
+    let loc = &d.location_table[stack_of(&batch, 0)[0] as usize];
+    let m = &d.mapping_table[loc.mapping_index as usize];
+    assert_eq!(
+        d.string_table[m.filename_strindex as usize],
+        std::env::current_exe().expect("exe").display().to_string(),
+        "resolved with the image the exec replaced"
+    );
+}
+
+#[test]
 fn engine_is_send() {
     fn check<T: Send>() {}
     check::<Engine>();

@@ -191,6 +191,15 @@ impl Unwinder {
                 if self.held.contains_key(pid) {
                     return due.tables_ready;
                 }
+                // A new mapping whose maps cannot be read again yet: it stays pending,
+                // and the stack copies that met the mapping wait with it.
+                if due.unknown_mapping
+                    && !due.tables_ready
+                    && !due.missing_table
+                    && table.maps_refresh_waits(*pid, now)
+                {
+                    return false;
+                }
                 // A new mapping or a new table is worth giving at once; a missing table
                 // waits its turn.
                 due.unknown_mapping
@@ -215,6 +224,13 @@ impl Unwinder {
                 continue;
             };
             if (!process.loaded || process.exited_at.is_some()) && process.allowed {
+                tracing::debug!(
+                    pid,
+                    loaded = process.loaded,
+                    exited = process.exited_at.is_some(),
+                    unread = process.unread,
+                    "process not given: unread or gone"
+                );
                 continue;
             }
             let same_maps = self

@@ -346,11 +346,16 @@ fn batches_in_a_persistent_queue_survive_sigkill() {
     for _ in 0..3 {
         assert_eq!(post_otlp(pa.http, &body), 200);
     }
-    // Accepted means on disk: the queue holds all three batches (two in flight, retrying).
+    // Wait until the queue holds all three batches on disk (two in flight, retrying): a
+    // 200 means the batch entered the pipeline, and the queue writes it a moment later
+    // (a `.tmp` file, synced and renamed to `.pb`). Killed before the rename, a batch is
+    // lost, as the test saw once when it counted the temporary file as queued.
     assert!(eventually(Duration::from_secs(10), || {
-        std::fs::read_dir(storage.join("file_storage").join("exporter_otlp"))
-            .map_or(0, |d| d.count())
-            >= 3
+        std::fs::read_dir(storage.join("file_storage").join("exporter_otlp")).map_or(0, |d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".pb"))
+                .count()
+        }) >= 3
     }));
     a.kill();
     let file = dir.join("b.jsonl");

@@ -1,0 +1,147 @@
+//! [`ProfileBatch`]: what flows between components.
+
+use std::sync::Arc;
+
+use crate::decode::{ValidationError, decode};
+use crate::dictionary::Dictionary;
+use crate::encode::{self, Sizes};
+use crate::profile::{Profile, ResourceProfiles};
+
+/// Who sent a batch, as the receiver saw it; processors that associate data with its
+/// source (k8s_attributes' `connection` rule) read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientInfo {
+    pub addr: Option<std::net::SocketAddr>,
+}
+
+/// A self-contained set of profiles: its own dictionary plus resource → scope → profile →
+/// sample. Cloning is two reference-count bumps; editing copies only what is shared.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfileBatch {
+    dictionary: Arc<Dictionary>,
+    resource_profiles: Arc<Vec<ResourceProfiles>>,
+    client: Option<Arc<ClientInfo>>,
+}
+
+impl ProfileBatch {
+    /// Decodes OTLP protobuf (`ProfilesData` or `ExportProfilesServiceRequest`), checking
+    /// it whole: the one door for bytes from outside.
+    pub fn decode(bytes: &[u8]) -> Result<Self, ValidationError> {
+        let (dictionary, resource_profiles) = decode(bytes)?;
+        Ok(Self::from_parts(dictionary, resource_profiles))
+    }
+
+    /// For data built inside the collector with a [`crate::DictionaryBuilder`], which is
+    /// valid by construction.
+    pub fn from_parts(dictionary: Dictionary, resource_profiles: Vec<ResourceProfiles>) -> Self {
+        ProfileBatch {
+            dictionary: Arc::new(dictionary),
+            resource_profiles: Arc::new(resource_profiles),
+            client: None,
+        }
+    }
+
+    /// The same batch, marked with who sent it.
+    pub fn with_client(mut self, client: ClientInfo) -> Self {
+        self.client = Some(Arc::new(client));
+        self
+    }
+
+    pub fn client(&self) -> Option<&ClientInfo> {
+        self.client.as_deref()
+    }
+
+    pub fn empty() -> Self {
+        Self::from_parts(Dictionary::zero(), Vec::new())
+    }
+
+    pub fn dictionary(&self) -> &Dictionary {
+        &self.dictionary
+    }
+
+    /// The shared dictionary itself (for batches that keep using it).
+    pub fn dictionary_arc(&self) -> &Arc<Dictionary> {
+        &self.dictionary
+    }
+
+    pub fn resource_profiles(&self) -> &[ResourceProfiles] {
+        &self.resource_profiles
+    }
+
+    /// Mutable access for processors; copies the resource tree only if another holder
+    /// still shares it. Indices written here must stay within the dictionary.
+    pub fn resource_profiles_mut(&mut self) -> &mut Vec<ResourceProfiles> {
+        Arc::make_mut(&mut self.resource_profiles)
+    }
+
+    /// Mutable access to the dictionary; copies it only if it is shared.
+    pub fn dictionary_mut(&mut self) -> &mut Dictionary {
+        Arc::make_mut(&mut self.dictionary)
+    }
+
+    /// Whether both parts are shared with no other batch (a mutation would not copy).
+    pub fn is_unique(&self) -> bool {
+        Arc::strong_count(&self.dictionary) == 1 && Arc::strong_count(&self.resource_profiles) == 1
+    }
+
+    /// The number of `Sample` messages, as otelcol counts "profile samples".
+    pub fn sample_count(&self) -> usize {
+        self.profiles().map(|p| p.samples.len()).sum()
+    }
+
+    pub fn profile_count(&self) -> usize {
+        self.profiles().count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.profiles().all(|p| p.samples.is_empty())
+    }
+
+    /// Every profile, in resource → scope → profile order.
+    pub fn profiles(&self) -> impl Iterator<Item = &Profile> {
+        self.resource_profiles
+            .iter()
+            .flat_map(|rp| rp.scope_profiles.iter())
+            .flat_map(|sp| sp.profiles.iter())
+    }
+
+    /// Length of the protobuf encoding.
+    pub fn encoded_len(&self) -> usize {
+        Sizes::of(&self.dictionary, &self.resource_profiles).total()
+    }
+
+    /// Appends the protobuf encoding (`ProfilesData`, which is also an
+    /// `ExportProfilesServiceRequest`).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let sizes = Sizes::of(&self.dictionary, &self.resource_profiles);
+        encode::encode(out, &self.dictionary, &self.resource_profiles, &sizes);
+    }
+
+    pub fn encode_to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+
+    /// Heap bytes the batch holds (dictionary, samples, the tree's own structs).
+    pub fn heap_bytes(&self) -> usize {
+        let tree: usize = self
+            .resource_profiles
+            .iter()
+            .map(|rp| {
+                std::mem::size_of::<ResourceProfiles>()
+                    + rp.scope_profiles
+                        .iter()
+                        .map(|sp| {
+                            std::mem::size_of_val(sp)
+                                + sp.profiles
+                                    .iter()
+                                    .map(|p| std::mem::size_of::<Profile>() + p.heap_bytes())
+                                    .sum::<usize>()
+                        })
+                        .sum::<usize>()
+            })
+            .sum();
+        self.dictionary.heap_bytes() + tree
+    }
+}

@@ -39,11 +39,25 @@ pub fn profiling_config(
 }
 
 /// A port free on 127.0.0.1 right now.
+/// A port free now and not handed out before by this process: the kernel may give the
+/// same ephemeral port to two binds in a row once the first is closed, and a test that
+/// asked for two ports got one twice (CI saw the health check and the OTLP receiver
+/// collide).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 pub struct Collector {

@@ -24,6 +24,26 @@ use crate::pdata::types::{
 use crate::pdata::{DictionaryBuilder, ProfileBatch};
 
 /// A batch of `samples` CPU samples for `service`, each on a stack of two named frames.
+/// A 127.0.0.1 port free now and not handed out before by this process: the kernel may
+/// give the same ephemeral port to two binds in a row once the first is closed, so a test
+/// that asked for two ports could get one twice.
+pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
 pub fn batch(service: &str, samples: usize) -> ProfileBatch {
     let mut b = DictionaryBuilder::new();
     let names = ["main", "work"].map(|n| b.string(&format!("{service}.{n}")));

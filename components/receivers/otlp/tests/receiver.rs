@@ -57,10 +57,7 @@ fn invalid_request() -> ExportProfilesServiceRequest {
     request
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0");
-    l.local_addr().expect("addr").port()
-}
+use profcol_core::testkit::free_port;
 
 fn both_protocols() -> Config {
     Config {

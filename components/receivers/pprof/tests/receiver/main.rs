@@ -49,10 +49,7 @@ pub fn fixture_samples(name: &str) -> usize {
         .sample_count()
 }
 
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind :0");
-    l.local_addr().expect("addr").port()
-}
+pub use profcol_core::testkit::free_port;
 
 // ---- batch inspection -----------------------------------------------------------------
 

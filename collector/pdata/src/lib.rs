@@ -10,6 +10,7 @@ pub mod decode;
 pub mod dictionary;
 mod encode;
 pub mod limits;
+pub mod merge;
 pub mod profile;
 pub mod rows;
 pub mod samples;
@@ -22,6 +23,7 @@ mod tests;
 pub use batch::{ClientInfo, ProfileBatch};
 pub use decode::{ValidationError, attribute_str};
 pub use dictionary::{Dictionary, DictionaryBuilder};
+pub use merge::{Merger, merge};
 pub use profile::{Profile, ResourceProfiles, ScopeProfiles, ValueType};
 pub use rows::{
     AnyValueRef, AttributeRef, Function, Indices, Line, Lines, Link, Location, LocationRef,

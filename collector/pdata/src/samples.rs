@@ -2,7 +2,7 @@
 //! repeated `samples` field, canonical. A sample costs what it took on the wire and no
 //! allocation of its own; encoding a profile copies them in one go.
 
-use crate::rows::{Sample, SampleRef};
+use crate::rows::{Sample, SampleRef, Timestamps, Values};
 use crate::table::shrink_vec;
 use crate::wire::{self, Reader, put_key, put_varint};
 
@@ -61,6 +61,60 @@ impl Samples {
         self.wire.push(SAMPLE_KEY);
         put_varint(&mut self.wire, len as u64);
         sample.encode_body(&mut self.wire);
+        self.len += 1;
+    }
+
+    /// Appends a sample with other indices (as merging re-numbers them): values and
+    /// timestamps are copied as the bytes they are.
+    pub fn push_remapped(
+        &mut self,
+        stack_index: i32,
+        attribute_indices: impl Iterator<Item = i32> + Clone,
+        link_index: i32,
+        values: Values<'_>,
+        timestamps: Timestamps<'_>,
+    ) {
+        let int = |field: u32, v: i32| {
+            if v == 0 {
+                0
+            } else {
+                wire::key_len(field) + wire::varint_len(i64::from(v) as u64)
+            }
+        };
+        let packed = |field: u32, len: usize| {
+            if len == 0 {
+                0
+            } else {
+                wire::len_field_len(field, len)
+            }
+        };
+        let attrs_len: usize = attribute_indices
+            .clone()
+            .map(|i| wire::varint_len(i64::from(i) as u64))
+            .sum();
+        let len = int(1, stack_index)
+            + packed(2, attrs_len)
+            + int(3, link_index)
+            + packed(4, values.as_bytes().len())
+            + packed(5, timestamps.as_bytes().len());
+        let out = &mut self.wire;
+        out.push(SAMPLE_KEY);
+        put_varint(out, len as u64);
+        wire::put_int32(out, 1, stack_index);
+        if attrs_len > 0 {
+            put_key(out, 2, wire::LEN);
+            put_varint(out, attrs_len as u64);
+            for i in attribute_indices {
+                put_varint(out, i64::from(i) as u64);
+            }
+        }
+        wire::put_int32(out, 3, link_index);
+        if !values.is_empty() {
+            wire::put_bytes_always(out, 4, values.as_bytes());
+        }
+        if !timestamps.is_empty() {
+            wire::put_bytes_always(out, 5, timestamps.as_bytes());
+        }
         self.len += 1;
     }
 

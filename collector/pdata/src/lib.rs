@@ -5,6 +5,7 @@
 //! the wire size whatever the input's shape, no allocation per sample or per row, and
 //! encoding that copies. Views ([`rows`]) read them back; builders write them.
 
+pub mod attributes;
 pub mod batch;
 pub mod decode;
 pub mod dictionary;
@@ -14,12 +15,14 @@ pub mod merge;
 pub mod profile;
 pub mod rows;
 pub mod samples;
+pub mod summary;
 pub mod table;
 pub mod wire;
 
 #[cfg(test)]
 mod tests;
 
+pub use attributes::{any_value_to_string, attribute_value, semconv, service_name, value_str};
 pub use batch::{ClientInfo, ProfileBatch};
 pub use decode::{ValidationError, attribute_str};
 pub use dictionary::{Dictionary, DictionaryBuilder};

@@ -187,6 +187,19 @@ fn bench(c: &mut Criterion) {
         },
     );
     g.bench_function(
+        BenchmarkId::new("lean_pprof_to_otlp", "read+translate+encode"),
+        |b| {
+            b.iter(|| {
+                profcol_pdata::pprof::pprof_to_batch(
+                    &pprof_bytes,
+                    profcol_pdata::pprof::ToOtlpOptions::default(),
+                )
+                .expect("translates")
+                .encode_to_vec()
+            })
+        },
+    );
+    g.bench_function(
         BenchmarkId::new("otlp_to_pprof", "decode+validate+translate+encode"),
         |b| {
             b.iter(|| {
@@ -194,6 +207,20 @@ fn bench(c: &mut Criterion) {
                 let out = batch_to_pprof(&batch, &ToPprofOptions::default())
                     .expect("fits the pprof limit");
                 out[0].profile.encode_to_vec()
+            })
+        },
+    );
+    g.bench_function(
+        BenchmarkId::new("lean_otlp_to_pprof", "decode+validate+translate+encode"),
+        |b| {
+            b.iter(|| {
+                let batch = profcol_pdata::ProfileBatch::decode(&otlp_bytes).expect("valid");
+                let out = profcol_pdata::pprof::batch_to_pprof(
+                    &batch,
+                    &profcol_pdata::pprof::ToPprofOptions::default(),
+                )
+                .expect("fits the pprof limit");
+                out.into_iter().next().map(|o| o.profile)
             })
         },
     );

@@ -24,7 +24,7 @@ impl<'a> Indices<'a> {
         self.0.len()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = i32> + Clone + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = i32> + Clone + use<'a> {
         self.0.iter().map(|v| v as i32)
     }
 
@@ -59,7 +59,7 @@ impl<'a> Values<'a> {
         self.0.len()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = i64> + Clone + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = i64> + Clone + use<'a> {
         self.0.iter().map(|v| v as i64)
     }
 
@@ -230,7 +230,7 @@ impl<'a> Lines<'a> {
         self.iter().count()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = Line> + Clone + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = Line> + Clone + use<'a> {
         let mut r = TrustedReader::new(self.bytes);
         std::iter::from_fn(move || {
             let (_, body) = r.next_field()?;

@@ -413,7 +413,7 @@ impl<'a> PackedFixed64<'a> {
         Some(u64::from_le_bytes(a))
     }
 
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = u64> + Clone + 'a {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = u64> + Clone + use<'a> {
         self.bytes.chunks_exact(8).map(|c| {
             let mut a = [0u8; 8];
             a.copy_from_slice(c);

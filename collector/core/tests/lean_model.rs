@@ -121,3 +121,30 @@ fn otlp_to_pprof_gives_the_same_bytes_in_both_models() {
         both_ways(&name, &otlp, (true, false));
     }
 }
+
+#[test]
+fn otlp_json_is_the_same_text_in_both_models_and_reads_back() {
+    use profcol_core::pdata::ProfileBatch;
+    let mut inputs = corpus();
+    for (name, bytes) in fixtures() {
+        let profile = pp::Profile::decode(&bytes[..]).expect("pprof");
+        let otlp = pprof_to_batch(&profile, ToOtlpOptions::default())
+            .expect("translates")
+            .encode_to_vec();
+        inputs.push((name, otlp));
+    }
+    for (name, otlp) in inputs {
+        let current = ProfileBatch::decode(&otlp).expect("valid").to_json();
+        let lean = profcol_pdata::ProfileBatch::decode(&otlp).expect("valid");
+        assert_eq!(
+            String::from_utf8_lossy(&lean.to_json()),
+            String::from_utf8_lossy(&current),
+            "{name}"
+        );
+        assert_eq!(
+            profcol_pdata::ProfileBatch::from_json(&lean.to_json()).expect("reads back"),
+            lean,
+            "{name}"
+        );
+    }
+}

@@ -31,6 +31,29 @@ impl ProfileBatch {
         Ok(Self::from_parts(dictionary, resource_profiles))
     }
 
+    /// Checks OTLP data given as its generated types (read from JSON, or built by a
+    /// test) and brings it into the model: it is encoded and decoded, so it passes the
+    /// same door as bytes do.
+    pub fn new(
+        data: profcol_proto::otlp::profiles::v1development::ProfilesData,
+    ) -> Result<Self, ValidationError> {
+        use prost::Message;
+        Self::decode(&data.encode_to_vec())
+    }
+
+    /// Reads OTLP/JSON (`ProfilesData` or `ExportProfilesServiceRequest`) and checks it.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, crate::otlp_json::FromJsonError> {
+        let data = crate::otlp_json::read_profiles_json(bytes)?;
+        Ok(Self::new(data)?)
+    }
+
+    /// The batch as compact OTLP/JSON.
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        crate::otlp_json::write_profiles_json(&self.dictionary, &self.resource_profiles, &mut out);
+        out
+    }
+
     /// For data built inside the collector with a [`crate::DictionaryBuilder`], which is
     /// valid by construction.
     pub fn from_parts(dictionary: Dictionary, resource_profiles: Vec<ResourceProfiles>) -> Self {

@@ -12,6 +12,7 @@ pub mod dictionary;
 mod encode;
 pub mod limits;
 pub mod merge;
+pub mod otlp_json;
 pub mod pprof;
 pub mod profile;
 pub mod rows;

@@ -5,6 +5,8 @@
 //! labels. Table ids are the OTLP indices, so a pprof whose ids were 1..n gets the same
 //! ids back. The bytes are what prost writes for the same pprof.
 
+use std::hash::BuildHasher;
+
 use base64::Engine as _;
 use hashbrown::{HashMap as FastMap, HashSet};
 use profcol_proto::otlp::common::v1::{AnyValue, KeyValue, any_value::Value};
@@ -199,6 +201,9 @@ pub fn pprof_groups(d: &Dictionary, profiles: &[Profile]) -> Vec<Vec<usize>> {
     }
     groups
 }
+
+/// Labels per sample identity: by link, then by the packed attribute indices.
+type LabelCache = FastMap<i32, FastMap<Vec<u8>, Vec<Label>>>;
 
 /// A pprof label: (key, str, num, num_unit) string indices and number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,7 +426,7 @@ impl<'a> PprofWriter<'a> {
         for (col, &g) in columns.iter().enumerate() {
             column_of[g] = col;
         }
-        let mut label_cache: FastMap<(Vec<u8>, i32), Vec<Label>> = FastMap::new();
+        let mut label_cache = LabelCache::default();
         let mut values = vec![0i64; width];
         if positional {
             let mut iters: Vec<_> = group.iter().map(|p| p.samples.iter()).collect();
@@ -437,60 +442,83 @@ impl<'a> PprofWriter<'a> {
                 }
                 if let Some(head) = head {
                     let labels = self.sample_labels(&head, resource_labels, &mut label_cache);
-                    self.encode_sample(out, &head, &values, &labels);
+                    self.encode_sample(out, &head, &values, labels);
                 }
             }
             return;
         }
-        // Rows by (stack, sorted attributes, link), values summed per column.
-        struct Row<'s> {
-            head: SampleRef<'s>,
-            values: Vec<i64>,
-        }
-        let mut rows_by_identity: FastMap<(i32, Vec<i32>, i32), usize> = FastMap::new();
-        let mut table: Vec<Row<'_>> = Vec::new();
+        // Rows by (stack, sorted attributes, link), values summed per column; the sorted
+        // attributes of every row live in one arena, so finding a row allocates nothing.
+        let hasher = hashbrown::DefaultHashBuilder::default();
+        let mut index: hashbrown::HashTable<usize> = hashbrown::HashTable::new();
+        let mut heads: Vec<SampleRef<'_>> = Vec::new();
+        let mut keys: Vec<(usize, usize)> = Vec::new();
+        let mut arena: Vec<i32> = Vec::new();
+        let mut row_values: Vec<i64> = Vec::new();
+        let mut sorted: Vec<i32> = Vec::new();
         for (g, p) in group.iter().enumerate() {
             for s in p.samples.iter() {
-                let mut attrs = s.attribute_indices.to_vec();
-                attrs.sort_unstable();
-                let key = (s.stack_index, attrs, s.link_index);
-                let row = match rows_by_identity.get(&key) {
+                sorted.clear();
+                sorted.extend(s.attribute_indices.iter());
+                sorted.sort_unstable();
+                let hash = hasher.hash_one((s.stack_index, &sorted[..], s.link_index));
+                let same = |&row: &usize| {
+                    let (at, len) = keys[row];
+                    heads[row].stack_index == s.stack_index
+                        && heads[row].link_index == s.link_index
+                        && arena[at..at + len] == sorted[..]
+                };
+                let row = match index.find(hash, same) {
                     Some(&row) => row,
                     None => {
-                        table.push(Row {
-                            head: s,
-                            values: vec![0; width],
+                        let row = heads.len();
+                        keys.push((arena.len(), sorted.len()));
+                        arena.extend_from_slice(&sorted);
+                        heads.push(s);
+                        row_values.resize(row_values.len() + width, 0);
+                        index.insert_unique(hash, row, |&r| {
+                            let (at, len) = keys[r];
+                            hasher.hash_one((
+                                heads[r].stack_index,
+                                &arena[at..at + len],
+                                heads[r].link_index,
+                            ))
                         });
-                        rows_by_identity.insert(key, table.len() - 1);
-                        table.len() - 1
+                        row
                     }
                 };
-                let slot = &mut table[row].values[column_of[g]];
+                let slot = &mut row_values[row * width + column_of[g]];
                 *slot = slot.saturating_add(value_of(&s));
             }
         }
-        for row in &table {
-            let labels = self.sample_labels(&row.head, resource_labels, &mut label_cache);
-            self.encode_sample(out, &row.head, &row.values, &labels);
+        for (row, head) in heads.iter().enumerate() {
+            let labels = self.sample_labels(head, resource_labels, &mut label_cache);
+            self.encode_sample(
+                out,
+                head,
+                &row_values[row * width..(row + 1) * width],
+                labels,
+            );
         }
     }
 
-    fn sample_labels(
+    fn sample_labels<'c>(
         &mut self,
         s: &SampleRef<'_>,
         resource_labels: &[KeyValue],
-        cache: &mut FastMap<(Vec<u8>, i32), Vec<Label>>,
-    ) -> Vec<Label> {
+        cache: &'c mut LabelCache,
+    ) -> &'c [Label] {
         if s.attribute_indices.is_empty() && s.link_index == 0 && resource_labels.is_empty() {
-            return Vec::new();
+            return &[];
         }
-        let key = (s.attribute_indices.as_bytes().to_vec(), s.link_index);
-        if let Some(l) = cache.get(&key) {
-            return l.clone();
+        let by_link = cache.entry(s.link_index).or_default();
+        if !by_link.contains_key(s.attribute_indices.as_bytes()) {
+            let l = self.labels(s, resource_labels);
+            by_link.insert(s.attribute_indices.as_bytes().to_vec(), l);
         }
-        let l = self.labels(s, resource_labels);
-        cache.insert(key, l.clone());
-        l
+        by_link
+            .get(s.attribute_indices.as_bytes())
+            .map_or(&[], Vec::as_slice)
     }
 
     fn encode_sample(

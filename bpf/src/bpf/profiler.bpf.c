@@ -280,10 +280,13 @@ struct {
 /*
  * Stack copies taken per process (exec starts it again). A process waits for its
  * tables for as long as user space takes to build them, which under load can be a
- * second or more: past this many copies its samples carry the frame-pointer walk
- * alone, so that a burst of new processes cannot fill the ring buffer with copies.
+ * second or more. The first MAX_STACK_COPIES always carry one; past them, only while
+ * the ring buffer is nearly empty (one process waiting on a busy machine), and never
+ * more than MAX_STACK_COPIES_IDLE: a burst of new processes fills the ring a little and
+ * their samples fall back to the frame-pointer walk alone.
  */
 #define MAX_STACK_COPIES 32
+#define MAX_STACK_COPIES_IDLE 512
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -590,8 +593,12 @@ static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *r
 	if (at > 2 * MAX_FRAMES)
 		return;
 	copies = bpf_map_lookup_elem(&stack_copies, &tgid);
-	if (copies && *copies >= MAX_STACK_COPIES)
-		return;
+	if (copies && *copies >= MAX_STACK_COPIES) {
+		if (*copies >= MAX_STACK_COPIES_IDLE ||
+		    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >
+			    bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 16)
+			return;
+	}
 	if (copies)
 		__sync_fetch_and_add(copies, 1);
 	else
@@ -603,14 +610,26 @@ static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *r
 	if (out[0] == 0 || sp == 0 || sp >= USER_ADDRESS_END)
 		return;
 	stack = (u8 *)(out + 3);
-	/* One read: it fails whole when it crosses the end of the stack mapping. */
-	for (int i = 0; i < 5; i++) {
+	/*
+	 * One read fails whole when it crosses the end of the stack mapping, which is a page
+	 * boundary: so the reads tried are 8 KiB, then up to the end of the second page
+	 * from sp, then of the first. (Near the top of a process's stack, as in its
+	 * dynamic loader at start, halving would drop the outermost frames.)
+	 */
+	for (int i = 0; i < 3; i++) {
+		if (i > 0) {
+			u64 end = (sp & ~4095ULL) + 4096ULL * (3 - i);
+
+			size = end - sp;
+		}
+		barrier_var(size);
+		if (size == 0 || size > STACK_COPY_BYTES)
+			continue;
 		if (bpf_probe_read_user(stack, size, (void *)sp) == 0) {
 			e->stack_bytes = size;
 			e->flags |= SAMPLE_STACK_COPY;
 			return;
 		}
-		size /= 2;
 	}
 }
 

@@ -54,6 +54,13 @@ impl ProfileBatch {
         out
     }
 
+    /// Decodes bytes the collector wrote itself, allowing `budget` bytes of memory (see
+    /// [`crate::decode::decode_within`]).
+    pub fn decode_within(bytes: &[u8], budget: usize) -> Result<Self, ValidationError> {
+        let (dictionary, resource_profiles) = crate::decode::decode_within(bytes, budget)?;
+        Ok(Self::from_parts(dictionary, resource_profiles))
+    }
+
     /// For data built inside the collector with a [`crate::DictionaryBuilder`], which is
     /// valid by construction.
     pub fn from_parts(dictionary: Dictionary, resource_profiles: Vec<ResourceProfiles>) -> Self {

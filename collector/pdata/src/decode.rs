@@ -69,13 +69,25 @@ fn check_index(
     }
 }
 
-/// Decodes and checks `bytes`.
+/// Decodes and checks `bytes`, taking at most [`DECODE_AMPLIFICATION`] times their size
+/// (plus [`DECODE_FLOOR_BYTES`]) in memory.
 pub fn decode(bytes: &[u8]) -> Result<(Dictionary, Vec<ResourceProfiles>)> {
-    let mut d = Decoder {
-        budget: bytes
+    decode_within(
+        bytes,
+        bytes
             .len()
             .saturating_mul(DECODE_AMPLIFICATION)
             .saturating_add(DECODE_FLOOR_BYTES),
+    )
+}
+
+/// Decodes and checks `bytes`, taking at most `budget` bytes in memory: for bytes the
+/// collector wrote itself, whose batch held a known amount before (a canonical encoding
+/// can be smaller than the input it came from, which padding or unknown fields made
+/// larger, so the bound relative to its own size may be too tight for it).
+pub fn decode_within(bytes: &[u8], budget: usize) -> Result<(Dictionary, Vec<ResourceProfiles>)> {
+    let mut d = Decoder {
+        budget,
         input: bytes.len(),
         dict: Dictionary::default(),
         scratch: Vec::new(),

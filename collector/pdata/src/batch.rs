@@ -153,6 +153,17 @@ impl ProfileBatch {
         out
     }
 
+    /// The batch as OTLP's generated types. It allocates per sample: for tests and tools
+    /// that want the wire types whole, never for a hot path.
+    pub fn to_profiles_data(&self) -> profcol_proto::otlp::profiles::v1development::ProfilesData {
+        use prost::Message;
+        // The model's own encoding always decodes; a default stands in rather than a panic.
+        profcol_proto::otlp::profiles::v1development::ProfilesData::decode(
+            self.encode_to_vec().as_slice(),
+        )
+        .unwrap_or_default()
+    }
+
     /// Heap bytes the batch holds (dictionary, samples, the tree's own structs).
     pub fn heap_bytes(&self) -> usize {
         let tree: usize = self

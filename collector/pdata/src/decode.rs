@@ -92,6 +92,7 @@ pub fn decode_within(bytes: &[u8], budget: usize) -> Result<(Dictionary, Vec<Res
         dict: Dictionary::default(),
         scratch: Vec::new(),
         keys: Vec::new(),
+        array_attributes: false,
     };
     d.dictionary(bytes)?;
     let resource_profiles = d.resource_profiles(bytes)?;
@@ -106,6 +107,9 @@ struct Decoder {
     scratch: Vec<u8>,
     /// For the repeated-key check of long attribute lists.
     keys: Vec<i32>,
+    /// Whether any attribute holds an array (each of whose values is a pprof label, so
+    /// a sample's labels must be counted value by value).
+    array_attributes: bool,
 }
 
 /// Rows and bytes of each table, counted before they are read.
@@ -307,6 +311,9 @@ impl Decoder {
     /// Indices between tables, now that every table's length is known.
     fn check_dictionary(&mut self) -> Result<()> {
         let d = &self.dict;
+        self.array_attributes = d
+            .attributes()
+            .any(|a| matches!(a.value, Some(AnyValueRef::Array(_))));
         let strings = d.string_count();
         for (i, m) in d.mappings().enumerate() {
             check_index(m.filename_strindex.into(), strings, names::STRING, || {
@@ -634,6 +641,13 @@ impl Decoder {
         samples: &mut Samples,
         at: &dyn Fn() -> String,
     ) -> Result<()> {
+        // What encoders write is almost always the canonical form already: then it is
+        // checked as it lies and copied, with no second pass to re-encode it.
+        if let Some(sample) = canonical_sample(body) {
+            self.check_sample(&sample, at)?;
+            samples.push_body(body);
+            return Ok(());
+        }
         let mut stack_index = 0i32;
         let mut link_index = 0i32;
         let (mut values, mut values_len) = (0usize, 0usize);
@@ -663,42 +677,11 @@ impl Decoder {
                 _ => r.skip(wire).map_err(malformed(at))?,
             }
         }
-        check_index(
-            stack_index.into(),
-            self.dict.stack_count(),
-            names::STACK,
-            || format!("{}.stack_index", at()),
-        )?;
-        check_index(
-            link_index.into(),
-            self.dict.link_count(),
-            names::LINK,
-            || format!("{}.link_index", at()),
-        )?;
-        if values == 0 && times == 0 {
-            return Err(ValidationError::Invalid {
-                field: at(),
-                problem: "has neither values nor timestamps".into(),
-            });
-        }
-        if values != 0 && times != 0 && values != times {
-            return Err(ValidationError::Invalid {
-                field: at(),
-                problem: format!("has {values} values but {times} timestamps; they must pair up"),
-            });
-        }
-        // The canonical body.
+        // The canonical body (no longer than the body read), then the same checks.
         let scratch = &mut self.scratch;
         scratch.clear();
         put_int32(scratch, 1, stack_index);
         if attrs > 0 {
-            if attrs > MAX_LABELS_PER_SAMPLE {
-                return Err(too_many(
-                    || format!("{}.attribute_indices", at()),
-                    attrs,
-                    MAX_LABELS_PER_SAMPLE,
-                ));
-            }
             wire::put_key(scratch, 2, wire::LEN);
             put_varint(scratch, attrs_len as u64);
             each_repeated(body, 2, |v| put_varint(scratch, i64::from(v as i32) as u64));
@@ -714,16 +697,59 @@ impl Decoder {
             put_varint(scratch, (times * 8) as u64);
             each_repeated_fixed64(body, 5, |v| scratch.extend_from_slice(&v.to_le_bytes()));
         }
-        if attrs > 0 {
-            let sample = crate::rows::SampleRef::decode(&self.scratch);
-            let indices = sample.attribute_indices;
-            check_attribute_list(
-                &self.dict,
-                &mut self.keys,
-                indices.iter(),
-                MAX_LABELS_PER_SAMPLE,
-                || format!("{}.attribute_indices", at()),
-            )?;
+        let body = std::mem::take(&mut self.scratch);
+        let checked = self.check_sample(&crate::rows::SampleRef::decode(&body), at);
+        self.scratch = body;
+        checked?;
+        samples.push_body(&self.scratch);
+        Ok(())
+    }
+}
+
+impl Decoder {
+    /// The checks of one sample in its canonical form.
+    fn check_sample(
+        &mut self,
+        s: &crate::rows::SampleRef<'_>,
+        at: &dyn Fn() -> String,
+    ) -> Result<()> {
+        check_index(
+            s.stack_index.into(),
+            self.dict.stack_count(),
+            names::STACK,
+            || format!("{}.stack_index", at()),
+        )?;
+        check_index(
+            s.link_index.into(),
+            self.dict.link_count(),
+            names::LINK,
+            || format!("{}.link_index", at()),
+        )?;
+        let (values, times) = (s.values.len(), s.timestamps_unix_nano.len());
+        if values == 0 && times == 0 {
+            return Err(ValidationError::Invalid {
+                field: at(),
+                problem: "has neither values nor timestamps".into(),
+            });
+        }
+        if values != 0 && times != 0 && values != times {
+            return Err(ValidationError::Invalid {
+                field: at(),
+                problem: format!("has {values} values but {times} timestamps; they must pair up"),
+            });
+        }
+        let indices = s.attribute_indices;
+        if indices.is_empty() {
+            return Ok(());
+        }
+        check_attribute_list(
+            &self.dict,
+            &mut self.keys,
+            indices.iter(),
+            MAX_LABELS_PER_SAMPLE,
+            || format!("{}.attribute_indices", at()),
+        )?;
+        if self.array_attributes {
             let labels = label_count(&self.dict, indices.iter());
             if labels > MAX_LABELS_PER_SAMPLE {
                 return Err(ValidationError::Invalid {
@@ -734,9 +760,102 @@ impl Decoder {
                 });
             }
         }
-        samples.push_body(&self.scratch);
         Ok(())
     }
+}
+
+/// The sample as it lies, when its bytes are already the canonical encoding: fields in
+/// number order, each at most once, repeated ones packed and not empty, scalars not
+/// zero, every varint in its shortest form, indices not negative. Anything else (also
+/// what is merely unusual) goes the long way, which re-encodes or refuses it.
+fn canonical_sample(body: &[u8]) -> Option<crate::rows::SampleRef<'_>> {
+    use crate::rows::{Indices, Timestamps, Values};
+    let mut s = crate::rows::SampleRef::default();
+    let mut pos = 0usize;
+    let mut last_field = 0u8;
+    while pos < body.len() {
+        let key = body[pos];
+        pos += 1;
+        let (field, wire_type) = (key >> 3, key & 7);
+        if field <= last_field || field > 5 {
+            return None;
+        }
+        last_field = field;
+        match (field, wire_type) {
+            (1 | 3, 0) => {
+                let (v, n) = short_varint(&body[pos..])?;
+                if v == 0 || v > i32::MAX as u64 {
+                    return None;
+                }
+                pos += n;
+                if field == 1 {
+                    s.stack_index = v as i32;
+                } else {
+                    s.link_index = v as i32;
+                }
+            }
+            (2 | 4 | 5, 2) => {
+                let (len, n) = short_varint(&body[pos..])?;
+                pos += n;
+                let end = pos.checked_add(usize::try_from(len).ok()?)?;
+                let packed = body.get(pos..end)?;
+                if packed.is_empty() {
+                    return None;
+                }
+                pos = end;
+                match field {
+                    2 => {
+                        every_short_varint(packed, i32::MAX as u64)?;
+                        s.attribute_indices = Indices::new(packed);
+                    }
+                    4 => {
+                        every_short_varint(packed, u64::MAX)?;
+                        s.values = Values::new(packed);
+                    }
+                    _ => {
+                        if packed.len() % 8 != 0 {
+                            return None;
+                        }
+                        s.timestamps_unix_nano = Timestamps::new(packed);
+                    }
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(s)
+}
+
+/// A varint in its shortest form, and its length.
+#[inline]
+fn short_varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &b) in bytes.iter().take(10).enumerate() {
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            // A last byte of 0 after the first would be a longer form than needed; the
+            // tenth byte may hold only the top bit.
+            let shortest = i == 0 || b != 0;
+            let fits = i < 9 || b <= 1;
+            return (shortest && fits).then_some((v, i + 1));
+        }
+    }
+    None
+}
+
+/// How many packed varints `bytes` holds, when every one is in its shortest form and at
+/// most `max`.
+fn every_short_varint(mut bytes: &[u8], max: u64) -> Option<usize> {
+    let mut count = 0;
+    while !bytes.is_empty() {
+        let (v, n) = short_varint(bytes)?;
+        if v > max {
+            return None;
+        }
+        bytes = &bytes[n..];
+        count += 1;
+    }
+    Some(count)
 }
 
 fn too_many(field: impl FnOnce() -> String, n: usize, max: usize) -> ValidationError {
@@ -1005,6 +1124,16 @@ fn canonical_attribute(e: &[u8], out: &mut Vec<u8>) -> std::result::Result<(), E
 }
 
 fn canonical_stack(e: &[u8], out: &mut Vec<u8>) -> std::result::Result<(), EntryError> {
+    // Already canonical (one packed, non-empty list of short non-negative varints): as is.
+    if let [0x0a, rest @ ..] = e
+        && let Some((len, n)) = short_varint(rest)
+        && rest.len() - n == len as usize
+        && let Some(count) = every_short_varint(&rest[n..], i32::MAX as u64)
+        && (1..=MAX_STACK_DEPTH).contains(&count)
+    {
+        out.extend_from_slice(e);
+        return Ok(());
+    }
     let (mut n, mut len) = (0usize, 0usize);
     let mut r = Reader::new(e);
     while !r.is_empty() {
@@ -1054,7 +1183,7 @@ fn check_attribute_list(
             format!("{}[{i}]", field())
         })?;
     }
-    let key = |i: i32| d.attribute(i).key_strindex;
+    let key = |i: i32| d.attribute_key(i);
     let repeated = |a: i32, b: i32| ValidationError::Invalid {
         field: field(),
         problem: format!("attributes {a} and {b} have the same key; a list may name a key once"),

@@ -93,6 +93,25 @@ impl Dictionary {
             .unwrap_or_default()
     }
 
+    /// An attribute's `key_strindex` alone, without reading its value: rows are
+    /// canonical, so the key is the first field when it is there at all.
+    #[inline]
+    pub fn attribute_key(&self, i: i32) -> i32 {
+        match self.attributes.get(at(i)) {
+            Some([0x08, rest @ ..]) => {
+                let mut v = 0u64;
+                for (n, &b) in rest.iter().take(10).enumerate() {
+                    v |= u64::from(b & 0x7f) << (7 * n);
+                    if b < 0x80 {
+                        break;
+                    }
+                }
+                v as i32
+            }
+            _ => 0,
+        }
+    }
+
     #[inline]
     pub fn stack(&self, i: i32) -> StackRef<'_> {
         self.stacks

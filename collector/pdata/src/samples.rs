@@ -180,6 +180,33 @@ impl Samples {
     pub fn heap_bytes(&self) -> usize {
         self.wire.capacity()
     }
+
+    /// Each sample's identity as bytes: its stack, attribute and link fields, which the
+    /// canonical order puts before its values and timestamps. Two samples have equal
+    /// identities exactly when these bytes are equal, so comparing them reads no varint.
+    pub fn identities(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut rest = self.wire.as_slice();
+        std::iter::from_fn(move || {
+            let mut r = Reader::new(rest);
+            let (_, wire) = r.key().ok()?;
+            let body = r.len_field(wire).ok()?;
+            rest = &rest[r.position()..];
+            Some(identity_prefix(body))
+        })
+    }
+}
+
+/// The leading fields of a canonical sample body below field 4 (values).
+fn identity_prefix(body: &[u8]) -> &[u8] {
+    let mut r = Reader::new(body);
+    let mut end = 0;
+    while let Ok((field, wire)) = r.key() {
+        if field >= 4 || r.skip(wire).is_err() {
+            break;
+        }
+        end = r.position();
+    }
+    &body[..end]
 }
 
 /// One entry: its whole bytes, the sample, and what follows.

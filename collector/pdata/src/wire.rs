@@ -156,8 +156,20 @@ impl<'a> Reader<'a> {
         self.pos
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, WireError> {
+        // Keys and most indices take one byte.
+        if let Some(&b) = self.buf.get(self.pos)
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
+        self.long_varint()
+    }
+
+    #[inline(never)]
+    fn long_varint(&mut self) -> Result<u64, WireError> {
         let mut v = 0u64;
         for i in 0..10 {
             let Some(&b) = self.buf.get(self.pos) else {

@@ -57,9 +57,19 @@ pub fn pprof_output_limit(batch_bytes: usize) -> usize {
 
 /// About what one sample takes in the pprof: its location ids, a value per column, and a
 /// label per attribute value and per resource attribute.
-fn pprof_sample_bytes(d: &Dictionary, s: &SampleRef<'_>, resource_labels: usize) -> usize {
+fn pprof_sample_bytes(
+    d: &Dictionary,
+    s: &SampleRef<'_>,
+    resource_labels: usize,
+    array_attributes: bool,
+) -> usize {
     let depth = d.stack(s.stack_index).location_indices.len();
-    let labels = label_count(d, s.attribute_indices.iter())
+    let attribute_labels = if array_attributes {
+        label_count(d, s.attribute_indices.iter())
+    } else {
+        s.attribute_indices.len()
+    };
+    let labels = attribute_labels
         .saturating_add(resource_labels)
         .saturating_add(2 * usize::from(s.link_index != 0));
     16usize
@@ -85,6 +95,10 @@ pub fn batch_to_pprof(
         }
     }
     let resource_labels_of = |rp| labels_of(rp, options.resource_attributes_as_labels);
+    // Without array attributes every attribute is one label, counted without reading it.
+    let array_attributes = d
+        .attributes()
+        .any(|a| matches!(a.value, Some(AnyValueRef::Array(_))));
     let estimate = batch
         .resource_profiles()
         .iter()
@@ -94,7 +108,7 @@ pub fn batch_to_pprof(
                 .iter()
                 .flat_map(|sp| &sp.profiles)
                 .flat_map(|p| p.samples.iter())
-                .map(move |s| pprof_sample_bytes(d, &s, extra))
+                .map(move |s| pprof_sample_bytes(d, &s, extra, array_attributes))
         })
         .fold(0usize, usize::saturating_add);
     let limit = pprof_output_limit(batch.encoded_len());
@@ -244,9 +258,12 @@ struct PprofWriter<'a> {
     /// Strings not in the dictionary (rendered values), owned.
     owned: FastMap<String, i64>,
     string_table: Vec<std::borrow::Cow<'a, str>>,
-    /// Locations the samples use, so that only those (and their functions and mappings)
-    /// are written; a set, since one batch makes many pprofs over one shared table.
-    used_locations: HashSet<i32>,
+    /// Stacks the samples use, so that only their locations (and those locations'
+    /// functions and mappings) are written; a set, since one batch makes many pprofs
+    /// over one shared table.
+    used_stacks: HashSet<i32>,
+    /// The stack of the sample before, which is often the same one.
+    last_stack: i32,
     orphans: &'a Orphans,
     /// Labels per attribute index, and the resource's labels with their keys.
     attribute_labels: FastMap<i32, Vec<Label>>,
@@ -262,7 +279,8 @@ impl<'a> PprofWriter<'a> {
             strings,
             owned: FastMap::new(),
             string_table: vec![std::borrow::Cow::Borrowed("")],
-            used_locations: HashSet::new(),
+            used_stacks: HashSet::new(),
+            last_stack: 0,
             orphans,
             attribute_labels: FastMap::new(),
             resource_labels: None,
@@ -407,18 +425,9 @@ impl<'a> PprofWriter<'a> {
                 s.values.iter().fold(0i64, |a, v| a.saturating_add(v))
             }
         };
-        let same_identity = |a: &SampleRef<'_>, b: &SampleRef<'_>| {
-            a.stack_index == b.stack_index
-                && a.link_index == b.link_index
-                && a.attribute_indices == b.attribute_indices
-        };
         let rows = group[0].samples.len();
         let positional = group.iter().all(|p| {
-            p.samples.len() == rows
-                && p.samples
-                    .iter()
-                    .zip(group[0].samples.iter())
-                    .all(|(a, b)| same_identity(&a, &b))
+            p.samples.len() == rows && p.samples.identities().eq(group[0].samples.identities())
         });
         let width = columns.len();
         // Where each group profile's values go among pprof's columns.
@@ -530,10 +539,22 @@ impl<'a> PprofWriter<'a> {
     ) {
         let location_count = self.d.location_count();
         let stack = self.d.stack(s.stack_index).location_indices;
-        let ids_len: usize = stack
-            .iter()
-            .map(|l| wire::varint_len(Self::id_of(l, location_count)))
-            .sum();
+        if s.stack_index != self.last_stack {
+            self.used_stacks.insert(s.stack_index);
+            self.last_stack = s.stack_index;
+        }
+        // Location ids are the indices, but for index 0, which takes the id past the
+        // table. A packed list in shortest form holds a 0 byte only for a 0 varint, so
+        // without one the ids are the list's own bytes.
+        let same_bytes = !stack.as_bytes().contains(&0);
+        let ids_len: usize = if same_bytes {
+            stack.as_bytes().len()
+        } else {
+            stack
+                .iter()
+                .map(|l| wire::varint_len(Self::id_of(l, location_count)))
+                .sum()
+        };
         let values_len: usize = values.iter().map(|&v| wire::varint_len(v as u64)).sum();
         let labels_len: usize = labels
             .iter()
@@ -558,9 +579,12 @@ impl<'a> PprofWriter<'a> {
         if ids_len > 0 {
             put_key(out, 1, wire::LEN);
             put_varint(out, ids_len as u64);
-            for l in stack.iter() {
-                self.used_locations.insert(l);
-                put_varint(out, Self::id_of(l, location_count));
+            if same_bytes {
+                out.extend_from_slice(stack.as_bytes());
+            } else {
+                for l in stack.iter() {
+                    put_varint(out, Self::id_of(l, location_count));
+                }
             }
         }
         if values_len > 0 {
@@ -718,9 +742,22 @@ impl<'a> PprofWriter<'a> {
         let location_count = d.location_count();
         let mut used_functions = HashSet::new();
         let mut used_mappings: HashSet<i32> = self.orphans.mappings.iter().copied().collect();
-        let mut used: Vec<i32> = std::mem::take(&mut self.used_locations)
-            .into_iter()
-            .collect();
+        // The locations of the used stacks, each once: a bit per location, for this
+        // pprof only.
+        let mut seen = vec![0u64; location_count.div_ceil(64)];
+        let mut used: Vec<i32> = Vec::new();
+        for &stack in &self.used_stacks {
+            for l in d.stack(stack).location_indices.iter() {
+                let (word, bit) = (l as usize / 64, 1u64 << (l as usize % 64));
+                if let Some(w) = seen.get_mut(word)
+                    && *w & bit == 0
+                {
+                    *w |= bit;
+                    used.push(l);
+                }
+            }
+        }
+        drop(seen);
         used.extend_from_slice(&self.orphans.locations);
         // A location at index 0 gets the id past the table; keep ids ascending.
         used.sort_unstable_by_key(|&l| Self::id_of(l, location_count));

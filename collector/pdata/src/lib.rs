@@ -17,6 +17,7 @@ pub mod pprof;
 pub mod profile;
 pub mod rows;
 pub mod samples;
+pub mod subset;
 pub mod summary;
 pub mod table;
 pub mod wire;
@@ -35,4 +36,5 @@ pub use rows::{
     Mapping, MappingRef, Sample, SampleRef, StackRef, Timestamps, Values,
 };
 pub use samples::Samples;
+pub use subset::Subset;
 pub use table::{RowTable, StringTable, TableFull};

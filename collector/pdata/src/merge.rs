@@ -252,6 +252,18 @@ impl Merger {
     }
 }
 
+impl DictionaryBuilder {
+    /// Copies attribute `i` of `source` into this dictionary: its key, unit and value,
+    /// with any string references in the value resolved (they index `source`'s strings).
+    pub fn attribute_from(&mut self, source: &Dictionary, i: i32) -> i32 {
+        let a = source.attribute(i);
+        let key = self.string(source.string(a.key_strindex));
+        let unit = self.string(source.string(a.unit_strindex));
+        let value = a.value_bytes.map(|v| value_without_references(v, source));
+        self.attribute_encoded(key, value.as_deref(), unit)
+    }
+}
+
 /// One sample with its indices mapped; values and timestamps copied as bytes.
 fn remap_sample(out: &mut Samples, s: SampleRef<'_>, r: &Remap) {
     out.push_remapped(

@@ -400,3 +400,113 @@ fn a_flood_of_empty_rows_fits_the_bound() {
     let batch = ProfileBatch::decode(&bytes).expect("valid");
     assert!(batch.heap_bytes() <= 4 * bytes.len() + crate::limits::DECODE_FLOOR_BYTES);
 }
+
+/// A sample's meaning, with every index resolved: frames (mapping file, address, lines
+/// as function name and line), attributes as key=value unit, link ids, values, times.
+fn resolved_sample(d: &Dictionary, s: &crate::SampleRef<'_>) -> String {
+    let frames: Vec<String> = d
+        .stack(s.stack_index)
+        .location_indices
+        .iter()
+        .map(|l| {
+            let l = d.location(l);
+            let m = d.mapping(l.mapping_index);
+            let lines: Vec<String> = l
+                .lines
+                .iter()
+                .map(|line| {
+                    let f = d.function(line.function_index);
+                    format!(
+                        "{}|{}|{}:{}",
+                        d.string(f.name_strindex),
+                        d.string(f.filename_strindex),
+                        line.line,
+                        line.column
+                    )
+                })
+                .collect();
+            let attrs: Vec<String> = l
+                .attribute_indices
+                .iter()
+                .chain(m.attribute_indices.iter())
+                .map(|a| resolved_attribute(d, a))
+                .collect();
+            format!(
+                "{}@{:#x}+{:#x}{lines:?}{attrs:?}",
+                d.string(m.filename_strindex),
+                l.address,
+                m.memory_start
+            )
+        })
+        .collect();
+    let attrs: Vec<String> = s
+        .attribute_indices
+        .iter()
+        .map(|a| resolved_attribute(d, a))
+        .collect();
+    let link = d.link(s.link_index);
+    format!(
+        "{frames:?} {attrs:?} {link:?} {:?} {:?}",
+        s.values.to_vec(),
+        s.timestamps_unix_nano.iter().collect::<Vec<_>>()
+    )
+}
+
+fn resolved_attribute(d: &Dictionary, i: i32) -> String {
+    let a = d.attribute(i);
+    let value = a
+        .value
+        .map(|v| crate::attributes::value_to_string(d, v))
+        .unwrap_or_default();
+    format!(
+        "{}={value} {}",
+        d.string(a.key_strindex),
+        d.string(a.unit_strindex)
+    )
+}
+
+/// A subset keeps every copied sample's meaning and copies only what they refer to.
+#[test]
+fn a_subset_keeps_meaning_and_only_what_it_uses() {
+    for (name, bytes) in recorded() {
+        let batch = ProfileBatch::decode(&bytes).expect("valid");
+        let source = batch.dictionary();
+        for profile in batch.profiles() {
+            let half = profile.samples.len() / 2;
+            let mut subset = crate::Subset::new(source);
+            let copy = subset.profile(profile, profile.samples.iter().skip(half), false);
+            let d = subset.finish().expect("fits");
+            assert_eq!(copy.samples.len(), profile.samples.len() - half, "{name}");
+            for (a, b) in profile.samples.iter().skip(half).zip(copy.samples.iter()) {
+                assert_eq!(
+                    resolved_sample(source, &a),
+                    resolved_sample(&d, &b),
+                    "{name}"
+                );
+            }
+            assert_eq!(
+                source.string(profile.sample_type.type_strindex),
+                d.string(copy.sample_type.type_strindex),
+                "{name}"
+            );
+            assert!(copy.original_payload.is_empty());
+            // Nothing unused: every stack past the zero value is some copied sample's.
+            let used: std::collections::HashSet<i32> =
+                copy.samples.iter().map(|s| s.stack_index).collect();
+            assert!(d.stack_count() <= used.len() + 1, "{name}");
+            assert!(d.location_count() <= source.location_count(), "{name}");
+            // And the copy is a valid batch of its own.
+            let alone = ProfileBatch::from_parts(
+                d,
+                vec![crate::ResourceProfiles {
+                    scope_profiles: vec![crate::ScopeProfiles {
+                        profiles: vec![copy],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+            );
+            ProfileBatch::decode(&alone.encode_to_vec()).expect("the copy is valid OTLP");
+        }
+    }
+}

@@ -10,7 +10,7 @@
 mod to_otlp;
 mod to_pprof;
 
-pub use to_otlp::{ToOtlpOptions, pprof_into, pprof_to_batch};
+pub use to_otlp::{ToOtlpOptions, pprof_into, pprof_to_batch, pprof_to_batch_with};
 pub use to_pprof::{PprofOutput, ToPprofOptions, batch_to_pprof, pprof_groups, pprof_output_limit};
 
 use std::collections::HashMap;

@@ -29,8 +29,19 @@ pub struct ToOtlpOptions {
 
 /// Translates one pprof profile (its protobuf, not gzipped) into a batch of its own.
 pub fn pprof_to_batch(pprof: &[u8], options: ToOtlpOptions) -> Result<ProfileBatch, PprofError> {
+    pprof_to_batch_with(pprof, options, |_, _| {})
+}
+
+/// As [`pprof_to_batch`], letting `edit` change the translated profiles (and add to
+/// their dictionary) before the batch is made: a receiver's renames or time window.
+pub fn pprof_to_batch_with(
+    pprof: &[u8],
+    options: ToOtlpOptions,
+    edit: impl FnOnce(&mut DictionaryBuilder, &mut [Profile]),
+) -> Result<ProfileBatch, PprofError> {
     let mut builder = DictionaryBuilder::new();
     let mut profiles = pprof_into(&mut builder, pprof)?;
+    edit(&mut builder, &mut profiles);
     if let (Some(payload), Some(first)) = (options.original_payload, profiles.first_mut()) {
         first.original_payload_format = "pprof".into();
         first.original_payload = payload;

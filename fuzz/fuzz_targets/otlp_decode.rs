@@ -7,17 +7,23 @@ use profcol_core::pdata::codec::{Decoded, decode_any};
 use profcol_core::pdata::otlp_json::read_profiles_json;
 use profcol_core::pdata::pprof::{ToOtlpOptions, ToPprofOptions, batch_to_pprof, pprof_to_batch};
 use profcol_core::pdata::summary::Summary;
+use profcol_core::pdata::limits::DECODE_FLOOR_BYTES;
 use profcol_core::pdata::{ProfileBatch, merge};
+use prost::Message;
 
 fuzz_target!(|data: &[u8]| {
     let Ok((_, Decoded::Otlp(batch))) = decode_any(data, 4 << 20) else {
         return;
     };
-    let again =
-        ProfileBatch::decode(&batch.encode_to_vec()).expect("an accepted batch re-encodes validly");
+    // The canonical encoding may be smaller than the input, so what the model wrote is
+    // read back within what the batch held, not within 4x its own size.
+    let budget = 2 * batch.heap_bytes() + DECODE_FLOOR_BYTES;
+    let again = ProfileBatch::decode_within(&batch.encode_to_vec(), budget)
+        .expect("an accepted batch re-encodes validly");
     assert_eq!(again, batch);
     let json = read_profiles_json(&batch.to_json()).expect("our JSON reads back");
-    assert_eq!(ProfileBatch::new(json).expect("valid"), batch);
+    let from_json = ProfileBatch::decode_within(&json.encode_to_vec(), budget).expect("valid");
+    assert_eq!(from_json, batch);
     let merged = merge([&batch, &batch]);
     assert_eq!(merged.sample_count(), 2 * batch.sample_count());
     let _ = Summary::of(&batch, 10);

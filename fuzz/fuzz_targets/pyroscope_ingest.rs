@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     );
     if let Ok(batch) = profcol_receiver_pprof::fuzzing::ingest(&query, &content_type, body, 4 << 20)
     {
-        let again = ProfileBatch::decode(&batch.encode_to_vec()).expect("re-encodes validly");
+        let again = ProfileBatch::decode_within(&batch.encode_to_vec(), 2 * batch.heap_bytes() + profcol_core::pdata::limits::DECODE_FLOOR_BYTES).expect("re-encodes validly");
         assert_eq!(again.sample_count(), batch.sample_count());
     }
 });

@@ -7,7 +7,7 @@ use profcol_core::pdata::ProfileBatch;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(Some(batch)) = profcol_receiver_pprof::fuzzing::push(data, 4 << 20) {
-        let again = ProfileBatch::decode(&batch.encode_to_vec()).expect("re-encodes validly");
+        let again = ProfileBatch::decode_within(&batch.encode_to_vec(), 2 * batch.heap_bytes() + profcol_core::pdata::limits::DECODE_FLOOR_BYTES).expect("re-encodes validly");
         assert_eq!(again.sample_count(), batch.sample_count());
     }
 });

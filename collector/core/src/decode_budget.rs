@@ -1,5 +1,6 @@
 //! How much decoding a receiver does at once. Every request reserves what its bytes may
-//! grow into in memory ([`DECODE_AMPLIFICATION`] per decompressed byte) before it is
+//! grow into in memory ([`DECODE_AMPLIFICATION`] per decompressed byte of OTLP,
+//! [`PPROF_DECODE_AMPLIFICATION`] per byte of pprof) before it is
 //! decompressed or decoded, and holds it until its batch is handed on. When the budget
 //! is spent, the request is refused at once as [`Refused::Busy`] (HTTP 429, gRPC
 //! RESOURCE_EXHAUSTED with a retry delay), so a burst of large requests queues at the
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::component::Refused;
-use crate::pdata::limits::DECODE_AMPLIFICATION;
+use crate::pdata::limits::{DECODE_AMPLIFICATION, PPROF_DECODE_AMPLIFICATION};
 
 /// The default budget of one receiver: enough for several typical pushes at once and for
 /// one request of the largest size alone.
@@ -23,14 +24,27 @@ const KIB: usize = 1024;
 pub struct DecodeBudget {
     semaphore: Arc<Semaphore>,
     total_kib: u32,
+    /// Bytes reserved per input byte.
+    amplification: usize,
 }
 
 impl DecodeBudget {
+    /// A budget for OTLP input.
     pub fn new(mib: u32) -> Self {
+        Self::with_amplification(mib, DECODE_AMPLIFICATION)
+    }
+
+    /// A budget for pprof input, which grows more as it becomes OTLP.
+    pub fn for_pprof(mib: u32) -> Self {
+        Self::with_amplification(mib, PPROF_DECODE_AMPLIFICATION)
+    }
+
+    fn with_amplification(mib: u32, amplification: usize) -> Self {
         let total_kib = mib.saturating_mul(1024).max(1);
         DecodeBudget {
             semaphore: Arc::new(Semaphore::new(total_kib as usize)),
             total_kib,
+            amplification,
         }
     }
 
@@ -59,9 +73,7 @@ impl DecodeBudget {
     /// The memory `input_bytes` of input may take once decoded, in KiB, never more than
     /// the whole budget, so that one request of any accepted size can always run alone.
     fn kib_for(&self, input_bytes: usize) -> u32 {
-        let kib = input_bytes
-            .saturating_mul(DECODE_AMPLIFICATION)
-            .div_ceil(KIB);
+        let kib = input_bytes.saturating_mul(self.amplification).div_ceil(KIB);
         u32::try_from(kib).unwrap_or(u32::MAX).min(self.total_kib)
     }
 }

@@ -17,11 +17,11 @@ use crate::component::{
 };
 use crate::config::Validate;
 use crate::exporterhelper::{ExporterHelperSettings, QueueSettings};
-use crate::pdata::types::{
-    AnyValue, Function, KeyValue, Line, Location, Profile, Resource, ResourceProfiles, Sample,
-    ScopeProfiles, Value, ValueType,
+use crate::pdata::types::{AnyValue, KeyValue, Resource, Value};
+use crate::pdata::{
+    DictionaryBuilder, Function, Line, Location, Profile, ProfileBatch, ResourceProfiles, Sample,
+    ScopeProfiles, ValueType,
 };
-use crate::pdata::{DictionaryBuilder, ProfileBatch};
 
 /// A batch of `samples` CPU samples for `service`, each on a stack of two named frames.
 /// A 127.0.0.1 port free now and not handed out before by this process: the kernel may
@@ -54,8 +54,8 @@ pub fn batch(service: &str, samples: usize) -> ProfileBatch {
                 name_strindex: n,
                 ..Default::default()
             });
-            b.location(Location {
-                lines: vec![Line {
+            b.location(&Location {
+                lines: &[Line {
                     function_index: f,
                     ..Default::default()
                 }],
@@ -68,19 +68,19 @@ pub fn batch(service: &str, samples: usize) -> ProfileBatch {
         type_strindex: b.string("samples"),
         unit_strindex: b.string("count"),
     };
-    let profile = Profile {
-        sample_type: Some(sample_type),
-        samples: (0..samples)
-            .map(|i| Sample {
-                stack_index: stack,
-                timestamps_unix_nano: vec![1_700_000_000_000_000_000 + i as u64],
-                ..Default::default()
-            })
-            .collect(),
+    let mut profile = Profile {
+        sample_type,
         ..Default::default()
     };
-    ProfileBatch::from_valid(
-        b.finish(),
+    for i in 0..samples {
+        profile.samples.push(&Sample {
+            stack_index: stack,
+            timestamps_unix_nano: &[1_700_000_000_000_000_000 + i as u64],
+            ..Default::default()
+        });
+    }
+    ProfileBatch::from_parts(
+        b.finish().expect("a two-frame dictionary fits"),
         vec![ResourceProfiles {
             resource: Some(Resource {
                 attributes: vec![string_attribute("service.name", service)],
@@ -105,26 +105,29 @@ pub fn batch_of_resources(resources: Vec<Option<Vec<KeyValue>>>) -> ProfileBatch
     };
     let rps = resources
         .into_iter()
-        .map(|attrs| ResourceProfiles {
-            resource: attrs.map(|attributes| Resource {
-                attributes,
+        .map(|attrs| {
+            let mut profile = Profile {
+                sample_type,
                 ..Default::default()
-            }),
-            scope_profiles: vec![ScopeProfiles {
-                profiles: vec![Profile {
-                    sample_type: Some(sample_type),
-                    samples: vec![Sample {
-                        values: vec![1],
-                        ..Default::default()
-                    }],
+            };
+            profile.samples.push(&Sample {
+                values: &[1],
+                ..Default::default()
+            });
+            ResourceProfiles {
+                resource: attrs.map(|attributes| Resource {
+                    attributes,
+                    ..Default::default()
+                }),
+                scope_profiles: vec![ScopeProfiles {
+                    profiles: vec![profile],
                     ..Default::default()
                 }],
                 ..Default::default()
-            }],
-            ..Default::default()
+            }
         })
         .collect();
-    ProfileBatch::from_valid(b.finish(), rps)
+    ProfileBatch::from_parts(b.finish().expect("an empty dictionary fits"), rps)
 }
 
 pub fn string_attribute(key: &str, value: &str) -> KeyValue {

@@ -164,6 +164,17 @@ impl ProfileBatch {
         .unwrap_or_default()
     }
 
+    /// The batch as OTLP's generated types, with accessors named as the model's: what
+    /// tests and tools inspect when they want plain structs. It allocates per sample.
+    pub fn to_wire(&self) -> WireBatch {
+        let data = self.to_profiles_data();
+        WireBatch {
+            dictionary: data.dictionary.unwrap_or_default(),
+            resource_profiles: data.resource_profiles,
+            client: self.client.as_deref().cloned(),
+        }
+    }
+
     /// Heap bytes the batch holds (dictionary, samples, the tree's own structs).
     pub fn heap_bytes(&self) -> usize {
         let tree: usize = self
@@ -184,5 +195,70 @@ impl ProfileBatch {
             })
             .sum();
         self.dictionary.heap_bytes() + tree
+    }
+}
+
+/// A batch as OTLP's generated types ([`ProfileBatch::to_wire`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WireBatch {
+    pub dictionary: profcol_proto::otlp::profiles::v1development::ProfilesDictionary,
+    pub resource_profiles: Vec<profcol_proto::otlp::profiles::v1development::ResourceProfiles>,
+    pub client: Option<ClientInfo>,
+}
+
+impl WireBatch {
+    pub fn dictionary(&self) -> &profcol_proto::otlp::profiles::v1development::ProfilesDictionary {
+        &self.dictionary
+    }
+
+    pub fn resource_profiles(
+        &self,
+    ) -> &[profcol_proto::otlp::profiles::v1development::ResourceProfiles] {
+        &self.resource_profiles
+    }
+
+    pub fn profiles(
+        &self,
+    ) -> impl Iterator<Item = &profcol_proto::otlp::profiles::v1development::Profile> {
+        self.resource_profiles
+            .iter()
+            .flat_map(|rp| &rp.scope_profiles)
+            .flat_map(|sp| &sp.profiles)
+    }
+
+    pub fn sample_count(&self) -> usize {
+        self.profiles().map(|p| p.samples.len()).sum()
+    }
+
+    pub fn profile_count(&self) -> usize {
+        self.profiles().count()
+    }
+
+    /// Whether no profile holds a sample.
+    pub fn is_empty(&self) -> bool {
+        self.profiles().all(|p| p.samples.is_empty())
+    }
+
+    pub fn client(&self) -> Option<&ClientInfo> {
+        self.client.as_ref()
+    }
+
+    /// The value of the attribute keyed `key` among `indices` of `d`'s attribute table.
+    pub fn attribute_value<'a>(
+        d: &'a profcol_proto::otlp::profiles::v1development::ProfilesDictionary,
+        indices: &[i32],
+        key: &str,
+    ) -> Option<&'a profcol_proto::otlp::common::v1::AnyValue> {
+        indices
+            .iter()
+            .filter_map(|&i| d.attribute_table.get(usize::try_from(i).ok()?))
+            .find(|kv| {
+                usize::try_from(kv.key_strindex)
+                    .ok()
+                    .and_then(|k| d.string_table.get(k))
+                    .is_some_and(|k| k == key)
+            })?
+            .value
+            .as_ref()
     }
 }

@@ -379,6 +379,16 @@ impl DictionaryBuilder {
         self.attribute_encoded(key, Some(&encoded), unit)
     }
 
+    /// An attribute `key = value` given as the value's variant.
+    pub fn attribute_kv(
+        &mut self,
+        key: &str,
+        value: profcol_proto::otlp::common::v1::any_value::Value,
+        unit: &str,
+    ) -> i32 {
+        self.attribute(key, &AnyValue { value: Some(value) }, unit)
+    }
+
     /// An attribute whose value is a string (no unit).
     pub fn attribute_str(&mut self, key: &str, value: &str) -> i32 {
         let key = self.string(key);
@@ -390,8 +400,10 @@ impl DictionaryBuilder {
     /// An attribute whose value is an integer (no unit).
     pub fn attribute_int(&mut self, key: &str, value: i64) -> i32 {
         let key = self.string(key);
+        // A oneof member is written even when it is 0: that is what says which it is.
         let mut encoded = Vec::with_capacity(11);
-        wire::put_int64(&mut encoded, 3, value);
+        wire::put_key(&mut encoded, 3, wire::VARINT);
+        wire::put_varint(&mut encoded, value as u64);
         self.attribute_encoded(key, Some(&encoded), 0)
     }
 

@@ -20,13 +20,14 @@ pub mod samples;
 pub mod subset;
 pub mod summary;
 pub mod table;
+pub mod testing;
 pub mod wire;
 
 #[cfg(test)]
 mod tests;
 
 pub use attributes::{any_value_to_string, attribute_value, semconv, service_name, value_str};
-pub use batch::{ClientInfo, ProfileBatch};
+pub use batch::{ClientInfo, ProfileBatch, WireBatch};
 pub use decode::{ValidationError, attribute_str};
 pub use dictionary::{Dictionary, DictionaryBuilder};
 pub use merge::{Merger, merge};

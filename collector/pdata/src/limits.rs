@@ -27,6 +27,13 @@ pub const DECODE_AMPLIFICATION: usize = 4;
 /// What any input may take regardless of its size (a small request's fixed costs).
 pub const DECODE_FLOOR_BYTES: usize = 64 << 10;
 
+/// The worst growth of pprof translated into the model over the pprof's decompressed
+/// bytes: each pprof sample becomes one OTLP sample per sample type, and each distinct
+/// label an attribute of its own. `integration/tests/memory_bounds.rs` measures the
+/// hostile shapes through the built binary (input, model and output together): worst
+/// 19.5 bytes per byte, for a distinct label on every sample.
+pub const PPROF_DECODE_AMPLIFICATION: usize = 24;
+
 /// How much resolving string references or translating pprof labels may copy: four times
 /// the strings the input carries, plus a floor for small inputs. Real data copies a small
 /// part of this; a hostile input that names one long string millions of times is refused.

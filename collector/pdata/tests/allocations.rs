@@ -114,6 +114,22 @@ fn merging_and_translating_allocate_per_table_not_per_sample() {
     assert_not_per_sample("pprof to OTLP", (a, b));
 }
 
+/// The batch processor cuts batches with a `Subset` per part: copying the samples of a
+/// profile into a part allocates per dictionary entry copied, not per sample.
+#[test]
+fn cutting_a_batch_allocates_per_entry_not_per_sample() {
+    assert_not_per_sample(
+        "subset",
+        counts(|b, _| {
+            let mut subset = profcol_pdata::Subset::new(b.dictionary());
+            for p in b.profiles() {
+                drop(subset.profile(p, p.samples.iter(), true));
+            }
+            drop(subset.finish());
+        }),
+    );
+}
+
 #[test]
 fn decoding_peaks_below_four_times_its_input() {
     for n in [1_000, 100_000] {

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, bail};
 use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, gzip_fast};
 use profcol_core::pdata::pprof::{ToPprofOptions, batch_to_pprof};
-use prost::Message as _;
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Target {
@@ -67,7 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 );
             }
             for (n, out) in outputs.iter().enumerate() {
-                let bytes = gzip_fast(&out.profile.encode_to_vec());
+                let bytes = gzip_fast(&out.profile);
                 let path = args.output.as_deref().map(|p| numbered(p, n));
                 write(path.as_deref(), &bytes)?;
                 if outputs.len() > 1

@@ -132,7 +132,7 @@ impl Sizes {
             .profiles()
             .flat_map(|p| p.samples.iter())
             .map(|s| match s.values.first() {
-                Some(v) => u64::try_from(*v).unwrap_or(0),
+                Some(v) => u64::try_from(v).unwrap_or(0),
                 None => s.timestamps_unix_nano.len() as u64,
             })
             .sum::<u64>();

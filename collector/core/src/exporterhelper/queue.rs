@@ -12,6 +12,10 @@ use tokio::sync::Semaphore;
 
 use crate::pdata::ProfileBatch;
 
+/// What a queued batch may grow to once read back, per byte on disk: generous, since the
+/// collector wrote it, yet a bound for a file damaged or replaced.
+const QUEUED_BATCH_AMPLIFICATION: usize = 64;
+
 /// One queued batch. On disk it has a sequence number; after a restart its data is read
 /// back when it is taken.
 pub(crate) struct Entry {
@@ -172,7 +176,12 @@ impl DiskStore {
     pub fn read(&self, seq: u64) -> Result<ProfileBatch, String> {
         let bytes = std::fs::read(self.path(seq))
             .map_err(|e| format!("reading queued batch {seq}: {e}"))?;
-        ProfileBatch::decode(&bytes).map_err(|e| format!("queued batch {seq} is damaged: {e}"))
+        // The collector wrote these bytes from a batch it held, and a batch re-encoded can
+        // take more than the 4x the receivers allow fresh input; a damaged file still
+        // cannot claim more than this.
+        let budget = bytes.len().saturating_mul(QUEUED_BATCH_AMPLIFICATION);
+        ProfileBatch::decode_within(&bytes, budget)
+            .map_err(|e| format!("queued batch {seq} is damaged: {e}"))
     }
 
     pub fn remove(&self, seq: u64) {

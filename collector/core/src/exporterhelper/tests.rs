@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::*;
 use crate::pdata::DictionaryBuilder;
-use crate::pdata::types::{Profile, ResourceProfiles, Sample, ScopeProfiles};
+use crate::pdata::{Profile, ResourceProfiles, Sample, ScopeProfiles};
 use crate::telemetry::Telemetry;
 
 /// Plays back a script of outcomes, one per attempt, then succeeds.
@@ -45,17 +45,15 @@ impl Exporter for Scripted {
 
 fn batch(samples: usize) -> ProfileBatch {
     let b = DictionaryBuilder::new();
-    let profile = Profile {
-        samples: (0..samples)
-            .map(|_| Sample {
-                values: vec![1],
-                ..Default::default()
-            })
-            .collect(),
-        ..Default::default()
-    };
-    ProfileBatch::from_valid(
-        b.finish(),
+    let mut profile = Profile::default();
+    for _ in 0..samples {
+        profile.samples.push(&Sample {
+            values: &[1],
+            ..Default::default()
+        });
+    }
+    ProfileBatch::from_parts(
+        b.finish().expect("an empty dictionary fits"),
         vec![ResourceProfiles {
             scope_profiles: vec![ScopeProfiles {
                 profiles: vec![profile],

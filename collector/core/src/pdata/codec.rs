@@ -5,13 +5,9 @@
 use std::borrow::Cow;
 use std::io::Read;
 
-use prost::Message;
-
-use super::batch::ProfileBatch;
-use super::otlp_json::JsonError;
-use super::pprof::PprofError;
-use super::validate::ValidationError;
-use profcol_proto::pprof;
+use profcol_pdata::otlp_json::{FromJsonError, JsonError};
+use profcol_pdata::pprof::PprofError;
+use profcol_pdata::{ProfileBatch, ValidationError};
 
 /// The default cap on decompressed input, as OTLP recommends for request bodies.
 pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
@@ -48,6 +44,14 @@ impl From<prost::DecodeError> for DecodeError {
 impl From<JsonError> for DecodeError {
     fn from(e: JsonError) -> Self {
         DecodeError::Json(e)
+    }
+}
+impl From<FromJsonError> for DecodeError {
+    fn from(e: FromJsonError) -> Self {
+        match e {
+            FromJsonError::Json(e) => DecodeError::Json(e),
+            FromJsonError::Invalid(e) => DecodeError::Invalid(e),
+        }
     }
 }
 impl From<ValidationError> for DecodeError {
@@ -217,7 +221,9 @@ pub fn detect(bytes: &[u8]) -> Result<Format, DecodeError> {
 /// Decoded input, in the form it came in.
 #[derive(Debug)]
 pub enum Decoded {
-    Pprof(Box<pprof::Profile>),
+    /// Plain (decompressed) pprof bytes, for `pprof::pprof_to_batch` with the caller's
+    /// options; the translation reads them directly.
+    Pprof(Vec<u8>),
     Otlp(ProfileBatch),
 }
 
@@ -229,19 +235,24 @@ pub fn decode_any(bytes: &[u8], max_decompressed: usize) -> Result<(Format, Deco
     let plain = maybe_gunzip(bytes, max_decompressed)?;
     let format = detect(&plain)?;
     let decoded = match format {
-        Format::Pprof => Decoded::Pprof(Box::new(pprof::Profile::decode(&*plain)?)),
+        Format::Pprof => Decoded::Pprof(plain.into_owned()),
         Format::OtlpProtobuf => Decoded::Otlp(ProfileBatch::decode(&plain)?),
-        Format::OtlpJson => Decoded::Otlp(ProfileBatch::new(
-            super::otlp_json::read_profiles_json(&plain)?,
-        )?),
+        Format::OtlpJson => Decoded::Otlp(ProfileBatch::from_json(&plain)?),
     };
     Ok((format, decoded))
 }
 
-/// Decodes pprof bytes (gzip or plain).
-pub fn decode_pprof(bytes: &[u8], max_decompressed: usize) -> Result<pprof::Profile, DecodeError> {
+/// Plain pprof bytes from pprof bytes that may be gzipped, checked to look like a pprof
+/// (the translation, `pprof::pprof_to_batch`, validates the rest).
+pub fn plain_pprof(bytes: &[u8], max_decompressed: usize) -> Result<Vec<u8>, DecodeError> {
     let plain = maybe_gunzip(bytes, max_decompressed)?;
-    Ok(pprof::Profile::decode(&*plain)?)
+    match detect(&plain)? {
+        Format::Pprof => Ok(plain.into_owned()),
+        other => Err(DecodeError::UnknownFormat(match other {
+            Format::OtlpJson => "expected pprof, found JSON",
+            _ => "expected pprof, found a protobuf message with no pprof fields",
+        })),
+    }
 }
 
 /// Gzips at level 1: the CPU is spent on the machine being profiled.
@@ -286,7 +297,8 @@ mod tests {
 
     #[test]
     fn detects_formats() {
-        let pprof = pprof::Profile {
+        use prost::Message as _;
+        let pprof = profcol_proto::pprof::Profile {
             string_table: vec![String::new()],
             ..Default::default()
         }

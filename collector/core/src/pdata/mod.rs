@@ -1,29 +1,18 @@
-//! The shared profile model.
+//! The shared profile model, as components see it through `profcol-core`: the lean model
+//! of [`profcol_pdata`], the OTLP wire types it is decoded from and encoded to, and
+//! [`codec`], which tells formats apart and undoes compression at the edges.
 //!
-//! A [`ProfileBatch`] is an OTLP `ProfilesData` held behind two `Arc`s: cloning it for a
-//! second pipeline is two reference-count bumps, and a processor that edits it copies only
-//! what is still shared. Batches are validated once, where they enter ([`ProfileBatch::new`]);
-//! inside the collector every index is trusted.
+//! A [`ProfileBatch`] is validated once, where it enters (`ProfileBatch::decode`, the
+//! pprof translation, or a builder's `finish`); inside the collector every index is
+//! trusted. Cloning one for a second pipeline bumps reference counts; a processor that
+//! edits it copies only what is still shared.
 
-mod attributes;
-mod batch;
-mod builder;
+pub use profcol_pdata::*;
+
 pub mod codec;
-mod encode;
-pub mod limits;
-mod merge;
-pub mod otlp_json;
-pub mod pprof;
-pub mod summary;
-mod validate;
 
-pub use attributes::{any_value_to_string, attribute_value, semconv, service_name};
-pub use batch::{ClientInfo, ProfileBatch};
-pub use builder::DictionaryBuilder;
-pub use merge::{Merger, merge};
-pub use validate::ValidationError;
-
-/// The OTLP wire types the model is made of.
+/// The OTLP wire types: what requests and responses are made of, and what tests build
+/// inputs from. The model itself holds none of them per sample.
 pub mod types {
     pub use profcol_proto::otlp::collector::profiles::v1development::{
         ExportProfilesPartialSuccess, ExportProfilesServiceRequest, ExportProfilesServiceResponse,

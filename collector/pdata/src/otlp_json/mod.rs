@@ -29,6 +29,9 @@
 mod read;
 mod write;
 
+#[cfg(test)]
+mod tests;
+
 pub use read::{read_export_response_json, read_profiles_json};
 pub use write::{write_export_response_json, write_profiles_json};
 

@@ -381,8 +381,11 @@ fn write_function(out: &mut Vec<u8>, f: Function) {
 
 fn write_link(out: &mut Vec<u8>, l: Link) {
     let mut o = Obj::begin(out);
-    o.hex("traceId", &l.trace_id);
-    o.hex("spanId", &l.span_id);
+    // The zero link is written empty, as its protobuf encoding is.
+    if !l.is_zero() {
+        o.hex("traceId", &l.trace_id);
+        o.hex("spanId", &l.span_id);
+    }
     o.end();
 }
 

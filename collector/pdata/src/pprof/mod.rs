@@ -10,6 +10,9 @@
 mod to_otlp;
 mod to_pprof;
 
+#[cfg(test)]
+mod tests;
+
 pub use to_otlp::{ToOtlpOptions, pprof_into, pprof_to_batch, pprof_to_batch_with};
 pub use to_pprof::{PprofOutput, ToPprofOptions, batch_to_pprof, pprof_groups, pprof_output_limit};
 
@@ -65,7 +68,7 @@ pub enum PprofError {
         "the pprof of this batch would take about {estimate} bytes, over the limit of {limit} (64 times the batch's size, at least 256 MiB): its samples repeat deep stacks or many labels"
     )]
     OutputTooLarge { estimate: usize, limit: usize },
-    #[error("{field}: not pprof protobuf: {error}")]
+    #[error("{field}: not a valid protobuf message: {error}")]
     Malformed { field: String, error: WireError },
     #[error("the dictionary outgrew 4 GiB")]
     TooLarge,

@@ -22,12 +22,19 @@ use crate::profile::{Profile, ResourceProfiles, ValueType};
 use crate::rows::{AnyValueRef, SampleRef};
 use crate::wire::{self, put_key, put_varint};
 
-/// One pprof made from OTLP (its protobuf, not gzipped), with where it came from.
+/// One pprof made from OTLP (its protobuf, not gzipped), with where it came from and
+/// the facts exporters name it by, so that none has to read the pprof back.
 #[derive(Debug, Clone)]
 pub struct PprofOutput {
     pub resource_index: usize,
     pub scope_index: usize,
     pub profile: Vec<u8>,
+    /// Samples in the pprof.
+    pub sample_count: usize,
+    /// The default sample type's name: the explicit default, else the last column's.
+    pub default_sample_type: String,
+    pub time_nanos: u64,
+    pub duration_nanos: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -139,10 +146,15 @@ pub fn batch_to_pprof(
         .into_iter()
         .map(|(r, s, resource_labels, group)| {
             let mut writer = PprofWriter::new(d, &orphans);
+            let profile = writer.write(&group, resource_labels);
             PprofOutput {
                 resource_index: r,
                 scope_index: s,
-                profile: writer.write(&group, resource_labels),
+                profile,
+                sample_count: writer.sample_count,
+                default_sample_type: std::mem::take(&mut writer.default_sample_type),
+                time_nanos: group[0].time_unix_nano,
+                duration_nanos: group[0].duration_nano,
             }
         })
         .collect())
@@ -268,6 +280,9 @@ struct PprofWriter<'a> {
     /// Labels per attribute index, and the resource's labels with their keys.
     attribute_labels: FastMap<i32, Vec<Label>>,
     resource_labels: Option<Vec<(String, Label)>>,
+    /// Facts of the pprof written, for [`PprofOutput`].
+    sample_count: usize,
+    default_sample_type: String,
 }
 
 impl<'a> PprofWriter<'a> {
@@ -284,6 +299,8 @@ impl<'a> PprofWriter<'a> {
             orphans,
             attribute_labels: FastMap::new(),
             resource_labels: None,
+            sample_count: 0,
+            default_sample_type: String::new(),
         }
     }
 
@@ -351,6 +368,15 @@ impl<'a> PprofWriter<'a> {
             Some(e) => sample_types.get(e).map_or(0, |vt| vt.0),
             None => 0,
         };
+        let shown_default = match default_sample_type {
+            0 => sample_types.last().map_or(0, |vt| vt.0),
+            named => named,
+        };
+        self.default_sample_type = usize::try_from(shown_default)
+            .ok()
+            .and_then(|i| self.string_table.get(i))
+            .map(|s| s.to_string())
+            .unwrap_or_default();
         let period_type = (first.period_type != ValueType::default()).then(|| {
             let pt = first.period_type;
             (self.text(pt.type_strindex), self.text(pt.unit_strindex))
@@ -537,6 +563,7 @@ impl<'a> PprofWriter<'a> {
         values: &[i64],
         labels: &[Label],
     ) {
+        self.sample_count += 1;
         let location_count = self.d.location_count();
         let stack = self.d.stack(s.stack_index).location_indices;
         if s.stack_index != self.last_stack {

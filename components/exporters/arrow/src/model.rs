@@ -18,10 +18,12 @@
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use profcol_core::pdata::types::{
-    AnyValue, KeyValue, Location, Mapping, Profile, ProfilesDictionary,
+use profcol_core::pdata::attributes::value_to_string;
+use profcol_core::pdata::types::KeyValue;
+use profcol_core::pdata::{
+    Dictionary, LocationRef, MappingRef, Profile, ProfileBatch, any_value_to_string,
+    attribute_value, semconv,
 };
-use profcol_core::pdata::{ProfileBatch, any_value_to_string, attribute_value, semconv};
 
 /// The agent's producer name, which makes Parca name CPU profiles "On-CPU".
 pub const AGENT_PRODUCER: &str = "parca_agent";
@@ -175,13 +177,14 @@ pub fn label_name(key: &str) -> String {
 }
 
 struct Builder<'a> {
-    dict: &'a ProfilesDictionary,
+    dict: &'a Dictionary,
     names: Interner,
     values: Interner,
     label_set_ids: HashMap<Vec<(u32, u32)>, u32>,
     label_sets: Vec<Vec<(u32, u32)>>,
-    /// (resource, sample attribute indices) → label set.
-    label_cache: HashMap<(usize, Vec<i32>), u32>,
+    /// Per resource, sample attribute indices (packed, as the model holds them) → label
+    /// set: looked up by the sample's own bytes, so a sample seen before allocates nothing.
+    label_cache: HashMap<usize, HashMap<Vec<u8>, u32>>,
     sample_attr_cache: HashMap<i32, Option<(u32, u32)>>,
     series_ids: HashMap<Series, u32>,
     series: Vec<Series>,
@@ -217,7 +220,7 @@ impl Interner {
 }
 
 impl<'a> Builder<'a> {
-    fn new(dict: &'a ProfilesDictionary) -> Self {
+    fn new(dict: &'a Dictionary) -> Self {
         Builder {
             dict,
             names: Interner::default(),
@@ -243,14 +246,10 @@ impl<'a> Builder<'a> {
     }
 
     fn string(&self, index: i32) -> &'a str {
-        usize::try_from(index)
-            .ok()
-            .and_then(|i| self.dict.string_table.get(i))
-            .map_or("", String::as_str)
+        self.dict.string(index)
     }
 
-    fn label(&mut self, key: &str, value: Option<&AnyValue>) -> Option<(u32, u32)> {
-        let text = value.map(any_value_to_string).unwrap_or_default();
+    fn label(&mut self, key: &str, text: String) -> Option<(u32, u32)> {
         let name = label_name(key);
         if text.is_empty() || name.is_empty() {
             return None;
@@ -261,7 +260,14 @@ impl<'a> Builder<'a> {
     fn resource_labels(&mut self, attributes: &[KeyValue]) -> Vec<(u32, u32)> {
         attributes
             .iter()
-            .filter_map(|kv| self.label(&kv.key, kv.value.as_ref()))
+            .filter_map(|kv| {
+                let text = kv
+                    .value
+                    .as_ref()
+                    .map(any_value_to_string)
+                    .unwrap_or_default();
+                self.label(&kv.key, text)
+            })
             .collect()
     }
 
@@ -270,21 +276,29 @@ impl<'a> Builder<'a> {
             return *cached;
         }
         let dict = self.dict;
-        let label = usize::try_from(index)
-            .ok()
-            .filter(|&i| i > 0)
-            .and_then(|i| dict.attribute_table.get(i))
-            .and_then(|kv| {
-                let key = self.string(kv.key_strindex);
-                self.label(key, kv.value.as_ref())
-            });
+        let label = (index > 0).then(|| dict.attribute(index)).and_then(|kv| {
+            let key = self.string(kv.key_strindex);
+            let text = kv
+                .value
+                .map(|v| value_to_string(dict, v))
+                .unwrap_or_default();
+            self.label(key, text)
+        });
         self.sample_attr_cache.insert(index, label);
         label
     }
 
-    fn label_set(&mut self, resource: usize, base: &[(u32, u32)], attrs: &[i32]) -> u32 {
-        let key = (resource, attrs.to_vec());
-        if let Some(&id) = self.label_cache.get(&key) {
+    fn label_set(
+        &mut self,
+        resource: usize,
+        base: &[(u32, u32)],
+        attrs: profcol_core::pdata::Indices<'_>,
+    ) -> u32 {
+        if let Some(&id) = self
+            .label_cache
+            .get(&resource)
+            .and_then(|sets| sets.get(attrs.as_bytes()))
+        {
             return id;
         }
         // Later entries win: resource first, then the sample's own attributes.
@@ -292,7 +306,7 @@ impl<'a> Builder<'a> {
         for &(n, v) in base {
             by_name.entry(n).or_insert(v);
         }
-        for &i in attrs {
+        for i in attrs.iter() {
             if let Some((n, v)) = self.sample_label(i) {
                 by_name.insert(n, v);
             }
@@ -308,19 +322,19 @@ impl<'a> Builder<'a> {
                 id
             }
         };
-        self.label_cache.insert(key, id);
+        self.label_cache
+            .entry(resource)
+            .or_default()
+            .insert(attrs.as_bytes().to_vec(), id);
         id
     }
 
     fn series_of(&mut self, profile: &Profile) -> u32 {
-        let (sample_type, sample_unit) = profile
-            .sample_type
-            .map(|vt| (self.string(vt.type_strindex), self.string(vt.unit_strindex)))
-            .unwrap_or(("", ""));
-        let (period_type, period_unit) = profile
-            .period_type
-            .map(|vt| (self.string(vt.type_strindex), self.string(vt.unit_strindex)))
-            .unwrap_or(("", ""));
+        let (st, pt) = (profile.sample_type, profile.period_type);
+        let (sample_type, sample_unit) =
+            (self.string(st.type_strindex), self.string(st.unit_strindex));
+        let (period_type, period_unit) =
+            (self.string(pt.type_strindex), self.string(pt.unit_strindex));
         let on_cpu = (sample_type, sample_unit, period_type, period_unit)
             == ("samples", "count", "cpu", "nanoseconds");
         let off_cpu = (sample_type, sample_unit) == ("wallclock", "nanoseconds");
@@ -366,17 +380,17 @@ impl<'a> Builder<'a> {
             0 => now,
             t => i64::try_from(t).unwrap_or(i64::MAX),
         };
-        for sample in &profile.samples {
+        for sample in profile.samples.iter() {
             let value = match sample.values.first() {
-                Some(&v) => v,
+                Some(v) => v,
                 None => i64::try_from(sample.timestamps_unix_nano.len().max(1)).unwrap_or(1),
             };
             let timestamp = sample
                 .timestamps_unix_nano
                 .iter()
                 .min()
-                .map_or(profile_time, |&t| i64::try_from(t).unwrap_or(i64::MAX));
-            let labels = self.label_set(resource, base, &sample.attribute_indices);
+                .map_or(profile_time, |t| i64::try_from(t).unwrap_or(i64::MAX));
+            let labels = self.label_set(resource, base, sample.attribute_indices);
             let stack = self.stack(sample.stack_index);
             self.rows.push(Row {
                 labels,
@@ -393,16 +407,12 @@ impl<'a> Builder<'a> {
             return id;
         }
         let dict = self.dict;
-        let locations: Vec<u32> = usize::try_from(index)
-            .ok()
-            .and_then(|i| dict.stack_table.get(i))
-            .map(|s| {
-                s.location_indices
-                    .iter()
-                    .map(|&l| self.location(l))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let locations: Vec<u32> = dict
+            .stack(index)
+            .location_indices
+            .iter()
+            .map(|l| self.location(l))
+            .collect();
         let id = match self.stack_ids.get(&locations) {
             Some(&id) => id,
             None => {
@@ -423,15 +433,11 @@ impl<'a> Builder<'a> {
         id
     }
 
-    fn mapping(&self, location: &Location) -> Option<&'a Mapping> {
-        let dict = self.dict;
-        usize::try_from(location.mapping_index)
-            .ok()
-            .filter(|&i| i > 0)
-            .and_then(|i| dict.mapping_table.get(i))
+    fn mapping(&self, location: &LocationRef<'_>) -> Option<MappingRef<'a>> {
+        (location.mapping_index > 0).then(|| self.dict.mapping(location.mapping_index))
     }
 
-    fn build_id(&self, mapping: &Mapping) -> Option<String> {
+    fn build_id(&self, mapping: &MappingRef<'_>) -> Option<String> {
         [
             semconv::BUILD_ID_GNU,
             semconv::BUILD_ID_GO,
@@ -439,8 +445,8 @@ impl<'a> Builder<'a> {
         ]
         .iter()
         .find_map(|key| {
-            attribute_value(self.dict, &mapping.attribute_indices, key)
-                .map(any_value_to_string)
+            attribute_value(self.dict, mapping.attribute_indices.iter(), key)
+                .map(|v| value_to_string(self.dict, v))
                 .filter(|s| !s.is_empty())
         })
     }
@@ -449,20 +455,7 @@ impl<'a> Builder<'a> {
         if let Some(&id) = self.location_cache.get(&index) {
             return id;
         }
-        let dict = self.dict;
-        let loc = match usize::try_from(index)
-            .ok()
-            .and_then(|i| dict.location_table.get(i))
-        {
-            Some(l) => self.convert_location(l),
-            None => Loc {
-                address: 0,
-                frame_type: "native".into(),
-                mapping_file: Some(UNKNOWN.into()),
-                build_id: None,
-                lines: Vec::new(),
-            },
-        };
+        let loc = self.convert_location(&self.dict.location(index));
         let id = match self.location_ids.get(&loc) {
             Some(&id) => id,
             None => {
@@ -478,12 +471,13 @@ impl<'a> Builder<'a> {
         id
     }
 
-    fn convert_location(&mut self, l: &Location) -> Loc {
+    fn convert_location(&mut self, l: &LocationRef<'_>) -> Loc {
         let mapping = self.mapping(l);
         let filename = mapping.map_or("", |m| self.string(m.filename_strindex));
-        let declared_type = attribute_value(self.dict, &l.attribute_indices, semconv::FRAME_TYPE)
-            .map(any_value_to_string)
-            .filter(|s| !s.is_empty());
+        let declared_type =
+            attribute_value(self.dict, l.attribute_indices.iter(), semconv::FRAME_TYPE)
+                .map(|v| value_to_string(self.dict, v))
+                .filter(|s| !s.is_empty());
         let frame_type = match &declared_type {
             Some(t) => t.clone(),
             None if filename == KERNEL_MAPPING => "kernel".to_owned(),
@@ -535,7 +529,7 @@ impl<'a> Builder<'a> {
                     } else {
                         filename.to_owned()
                     }),
-                    self.build_id(m),
+                    self.build_id(&m),
                 ),
                 None => (None, None),
             },
@@ -553,13 +547,10 @@ impl<'a> Builder<'a> {
         if let Some(&id) = self.function_cache.get(&(index, kernel)) {
             return id;
         }
-        let dict = self.dict;
-        let f = usize::try_from(index)
-            .ok()
-            .and_then(|i| dict.function_table.get(i));
-        let name = f.map_or("", |f| self.string(f.name_strindex));
-        let system_name = f.map_or("", |f| self.string(f.system_name_strindex));
-        let filename = f.map_or("", |f| self.string(f.filename_strindex));
+        let f = self.dict.function(index);
+        let name = self.string(f.name_strindex);
+        let system_name = self.string(f.system_name_strindex);
+        let filename = self.string(f.filename_strindex);
         let func = Func {
             name: if name.is_empty() && system_name.is_empty() {
                 UNKNOWN.to_owned()
@@ -572,7 +563,7 @@ impl<'a> Builder<'a> {
                 "" => None,
                 f => Some(f.to_owned()),
             },
-            start_line: f.map_or(0, |f| u64::try_from(f.start_line).unwrap_or(0)),
+            start_line: u64::try_from(f.start_line).unwrap_or(0),
         };
         let id = self.intern_function(func);
         self.function_cache.insert((index, kernel), id);

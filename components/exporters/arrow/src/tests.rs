@@ -12,11 +12,12 @@ use arrow_ipc::reader::StreamReader;
 use arrow_schema::{DataType, TimeUnit};
 use profcol_core::component::ExporterFactory;
 use profcol_core::config::{ConfigError, Validate, Value, parse_typed, parse_yaml};
+use profcol_core::pdata::testing::{WireDictionaryBuilder as DictionaryBuilder, batch_from_wire};
 use profcol_core::pdata::types::{
     AnyValue, Function, KeyValue, Line, Location, Mapping, Profile, Resource, ResourceProfiles,
     Sample, ScopeProfiles, Value as AttrValue, ValueType,
 };
-use profcol_core::pdata::{DictionaryBuilder, ProfileBatch, semconv};
+use profcol_core::pdata::{ProfileBatch, semconv};
 
 use crate::config::{ArrowExporterConfig, Compression, Schema};
 use crate::model::Model;
@@ -171,7 +172,7 @@ fn ebpf_batch() -> ProfileBatch {
         }],
         ..Default::default()
     };
-    ProfileBatch::from_valid(
+    batch_from_wire(
         b.finish(),
         vec![
             resource(
@@ -622,7 +623,7 @@ fn pprof_born_addresses_are_made_file_relative_and_types_keep_their_producer() {
         }],
         ..Default::default()
     };
-    let batch = ProfileBatch::from_valid(
+    let batch = batch_from_wire(
         b.finish(),
         vec![ResourceProfiles {
             scope_profiles: vec![ScopeProfiles {

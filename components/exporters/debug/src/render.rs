@@ -12,11 +12,13 @@
 
 use std::fmt::Write as _;
 
+use profcol_core::pdata::attributes::value_to_string;
 use profcol_core::pdata::summary::{frame_names, sample_value};
-use profcol_core::pdata::types::{
-    Function, KeyValue, Line, Location, Profile, ProfilesDictionary, Sample, ValueType,
+use profcol_core::pdata::types::KeyValue;
+use profcol_core::pdata::{
+    Dictionary, Function, Line, Profile, ProfileBatch, SampleRef, ValueType, any_value_to_string,
+    attribute_value, semconv,
 };
-use profcol_core::pdata::{ProfileBatch, any_value_to_string, attribute_value, semconv};
 
 use crate::config::Verbosity;
 
@@ -51,7 +53,7 @@ pub fn render(batch: &ProfileBatch, verbosity: Verbosity) -> Vec<String> {
                 lines.push(profile_line(d, n, &resource, &scope, p));
                 if verbosity == Verbosity::Detailed {
                     for (i, s) in p.samples.iter().enumerate() {
-                        sample_lines(d, i, s, &mut lines);
+                        sample_lines(d, i, &s, &mut lines);
                     }
                 }
                 n += 1;
@@ -61,13 +63,7 @@ pub fn render(batch: &ProfileBatch, verbosity: Verbosity) -> Vec<String> {
     lines
 }
 
-fn profile_line(
-    d: &ProfilesDictionary,
-    n: usize,
-    resource: &str,
-    scope: &str,
-    p: &Profile,
-) -> String {
+fn profile_line(d: &Dictionary, n: usize, resource: &str, scope: &str, p: &Profile) -> String {
     let mut line = format!("Profile #{n}: resource={{{resource}}}");
     if !scope.is_empty() {
         let _ = write!(line, " scope={scope}");
@@ -76,23 +72,23 @@ fn profile_line(
         let _ = write!(
             line,
             " attributes={{{}}}",
-            indexed_attributes(d, &p.attribute_indices)
+            indexed_attributes(d, p.attribute_indices.iter().copied())
         );
     }
     let _ = write!(
         line,
         " sample_type={} period={}",
-        value_type(d, p.sample_type.as_ref()),
+        value_type(d, p.sample_type),
         p.period
     );
-    let period_type = value_type(d, p.period_type.as_ref());
+    let period_type = value_type(d, p.period_type);
     if !period_type.is_empty() {
         let _ = write!(line, " {period_type}");
     }
     let total = p
         .samples
         .iter()
-        .fold(0i64, |a, s| a.saturating_add(sample_value(s)));
+        .fold(0i64, |a, s| a.saturating_add(sample_value(&s)));
     let time = if p.time_unix_nano == 0 {
         "unset".to_owned()
     } else {
@@ -110,8 +106,8 @@ fn profile_line(
     line
 }
 
-fn sample_lines(d: &ProfilesDictionary, i: usize, s: &Sample, lines: &mut Vec<String>) {
-    let values: Vec<String> = s.values.iter().map(i64::to_string).collect();
+fn sample_lines(d: &Dictionary, i: usize, s: &SampleRef<'_>, lines: &mut Vec<String>) {
+    let values: Vec<String> = s.values.iter().map(|v| v.to_string()).collect();
     let mut line = format!(
         "  Sample #{i}: values=[{}] timestamps={}",
         values.join(","),
@@ -121,13 +117,11 @@ fn sample_lines(d: &ProfilesDictionary, i: usize, s: &Sample, lines: &mut Vec<St
         let _ = write!(
             line,
             " attributes={{{}}}",
-            indexed_attributes(d, &s.attribute_indices)
+            indexed_attributes(d, s.attribute_indices.iter())
         );
     }
-    if let Some(link) = (s.link_index != 0)
-        .then(|| get(&d.link_table, s.link_index))
-        .flatten()
-    {
+    if s.link_index != 0 {
+        let link = d.link(s.link_index);
         let _ = write!(
             line,
             " trace_id={} span_id={}",
@@ -136,15 +130,9 @@ fn sample_lines(d: &ProfilesDictionary, i: usize, s: &Sample, lines: &mut Vec<St
         );
     }
     lines.push(line);
-    let Some(stack) = get(&d.stack_table, s.stack_index) else {
-        return;
-    };
     let mut depth = 0usize;
-    for &l in &stack.location_indices {
-        let Some(location) = get(&d.location_table, l) else {
-            continue;
-        };
-        for frame in location_frames(d, l, location) {
+    for l in d.stack(s.stack_index).location_indices.iter() {
+        for frame in location_frames(d, l) {
             lines.push(format!("    #{depth} {frame}"));
             depth += 1;
         }
@@ -154,13 +142,14 @@ fn sample_lines(d: &ProfilesDictionary, i: usize, s: &Sample, lines: &mut Vec<St
 /// A location's frames, innermost first: named ones with `file:line` where known (all but
 /// the last of several are inlined), else one frame named by mapping and address, with
 /// the mapping's file and build id.
-fn location_frames(d: &ProfilesDictionary, index: i32, location: &Location) -> Vec<String> {
+fn location_frames(d: &Dictionary, index: i32) -> Vec<String> {
+    let location = d.location(index);
     let names = frame_names(d, index);
     // The lines `frame_names` names: those whose function has a name or system name.
-    let named: Vec<(&Line, &Function)> = location
+    let named: Vec<(Line, Function)> = location
         .lines
         .iter()
-        .filter_map(|line| Some((line, get(&d.function_table, line.function_index)?)))
+        .map(|line| (line, d.function(line.function_index)))
         .filter(|(_, f)| !function_name(d, f).is_empty())
         .collect();
     if !named.is_empty() && named.len() == names.len() {
@@ -171,7 +160,7 @@ fn location_frames(d: &ProfilesDictionary, index: i32, location: &Location) -> V
             .enumerate()
             .map(|(j, (name, (line, f)))| {
                 let mut frame = name;
-                let file = text(d, f.filename_strindex);
+                let file = d.string(f.filename_strindex);
                 if !file.is_empty() {
                     let _ = write!(frame, " {file}");
                     if line.line > 0 {
@@ -185,14 +174,12 @@ fn location_frames(d: &ProfilesDictionary, index: i32, location: &Location) -> V
             })
             .collect();
     }
-    let mapping = (location.mapping_index != 0)
-        .then(|| get(&d.mapping_table, location.mapping_index))
-        .flatten();
+    let mapping = (location.mapping_index != 0).then(|| d.mapping(location.mapping_index));
     names
         .into_iter()
         .map(|mut frame| {
             if let Some(m) = mapping {
-                let file = text(d, m.filename_strindex);
+                let file = d.string(m.filename_strindex);
                 if !file.is_empty() {
                     let _ = write!(frame, " mapping={file}");
                 }
@@ -201,9 +188,9 @@ fn location_frames(d: &ProfilesDictionary, index: i32, location: &Location) -> V
                     semconv::BUILD_ID_GO,
                     semconv::BUILD_ID_HTLHASH,
                 ] {
-                    if let Some(v) = attribute_value(d, &m.attribute_indices, key) {
+                    if let Some(v) = attribute_value(d, m.attribute_indices.iter(), key) {
                         let short = key.strip_prefix("process.executable.").unwrap_or(key);
-                        let _ = write!(frame, " {short}={}", any_value_to_string(v));
+                        let _ = write!(frame, " {short}={}", value_to_string(d, v));
                     }
                 }
             }
@@ -213,28 +200,17 @@ fn location_frames(d: &ProfilesDictionary, index: i32, location: &Location) -> V
 }
 
 /// The name `frame_names` would give a function: its name, else its system name.
-fn function_name<'a>(d: &'a ProfilesDictionary, f: &Function) -> &'a str {
+fn function_name<'a>(d: &'a Dictionary, f: &Function) -> &'a str {
     if f.name_strindex != 0 {
-        text(d, f.name_strindex)
+        d.string(f.name_strindex)
     } else {
-        text(d, f.system_name_strindex)
+        d.string(f.system_name_strindex)
     }
 }
 
-fn get<T>(table: &[T], index: i32) -> Option<&T> {
-    table.get(usize::try_from(index).ok()?)
-}
-
-fn text(d: &ProfilesDictionary, index: i32) -> &str {
-    get(&d.string_table, index).map_or("", String::as_str)
-}
-
 /// `type/unit`, `type` when there is no unit, empty when neither is set.
-fn value_type(d: &ProfilesDictionary, vt: Option<&ValueType>) -> String {
-    let Some(vt) = vt else {
-        return String::new();
-    };
-    match (text(d, vt.type_strindex), text(d, vt.unit_strindex)) {
+fn value_type(d: &Dictionary, vt: ValueType) -> String {
+    match (d.string(vt.type_strindex), d.string(vt.unit_strindex)) {
         ("", "") => String::new(),
         (t, "") => t.to_owned(),
         (t, u) => format!("{t}/{u}"),
@@ -258,17 +234,12 @@ fn key_values(kvs: &[KeyValue]) -> String {
 }
 
 /// Attributes referenced into the dictionary's attribute table, as `k=v k=v`.
-fn indexed_attributes(d: &ProfilesDictionary, indices: &[i32]) -> String {
+fn indexed_attributes(d: &Dictionary, indices: impl Iterator<Item = i32>) -> String {
     let parts: Vec<String> = indices
-        .iter()
-        .filter_map(|&i| get(&d.attribute_table, i))
-        .map(|kv| {
-            let v = kv
-                .value
-                .as_ref()
-                .map(any_value_to_string)
-                .unwrap_or_default();
-            format!("{}={v}", text(d, kv.key_strindex))
+        .map(|i| {
+            let kv = d.attribute(i);
+            let v = kv.value.map(|v| value_to_string(d, v)).unwrap_or_default();
+            format!("{}={v}", d.string(kv.key_strindex))
         })
         .collect();
     parts.join(" ")

@@ -5,11 +5,12 @@ use profcol_core::component::{ComponentId, CreateContext, ExporterFactory};
 use profcol_core::config::{ConfigError, Validate, parse_typed, parse_yaml};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::pdata::summary::frame_names;
+use profcol_core::pdata::testing::{WireDictionaryBuilder as DictionaryBuilder, batch_from_wire};
 use profcol_core::pdata::types::{
     AnyValue, Function, InstrumentationScope, KeyValue, Line, Location, Mapping, Profile, Resource,
     ResourceProfiles, Sample, ScopeProfiles, Value, ValueType,
 };
-use profcol_core::pdata::{DictionaryBuilder, ProfileBatch, semconv};
+use profcol_core::pdata::{ProfileBatch, semconv};
 use profcol_core::telemetry::Telemetry;
 
 use super::*;
@@ -26,7 +27,7 @@ fn go_cpu() -> ProfileBatch {
         env!("CARGO_MANIFEST_DIR")
     );
     let bytes = std::fs::read(path).expect("fixture");
-    let p = profcol_core::pdata::codec::decode_pprof(&bytes, 1 << 26).expect("decodes");
+    let p = profcol_core::pdata::codec::plain_pprof(&bytes, 1 << 26).expect("decodes");
     pprof_to_batch(&p, ToOtlpOptions::default()).expect("translates")
 }
 
@@ -135,7 +136,7 @@ fn hand_built() -> ProfileBatch {
         sample_type: Some(cpu_ns),
         ..Default::default()
     };
-    ProfileBatch::from_valid(
+    batch_from_wire(
         b.finish(),
         vec![
             ResourceProfiles {
@@ -300,12 +301,12 @@ fn go_cpu_detailed_resolves_every_stack() {
     let d = batch.dictionary();
     let frames: usize = batch
         .profiles()
-        .flat_map(|p| &p.samples)
+        .flat_map(|p| p.samples.iter())
         .map(|s| {
-            d.stack_table[s.stack_index as usize]
+            d.stack(s.stack_index)
                 .location_indices
                 .iter()
-                .map(|&l| frame_names(d, l).len())
+                .map(|l| frame_names(d, l).len())
                 .sum::<usize>()
         })
         .sum();
@@ -367,7 +368,7 @@ fn frames_without_a_mapping_are_bare_addresses() {
         type_strindex: b.string("samples"),
         unit_strindex: 0,
     };
-    let batch = ProfileBatch::from_valid(
+    let batch = batch_from_wire(
         b.finish(),
         vec![ResourceProfiles {
             scope_profiles: vec![ScopeProfiles {

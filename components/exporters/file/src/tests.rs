@@ -4,13 +4,14 @@ use std::time::Duration;
 
 use profcol_core::component::{ComponentId, CreateContext, ExportError, Exporter, ExporterFactory};
 use profcol_core::config::{ConfigError, Validate, parse_typed, parse_yaml};
+use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::otlp_json::read_profiles_json;
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
+use profcol_core::pdata::testing::{WireDictionaryBuilder as DictionaryBuilder, batch_from_wire};
 use profcol_core::pdata::types::{
     AnyValue, KeyValue, Profile, Resource, ResourceProfiles, Sample, ScopeProfiles, Value,
     ValueType,
 };
-use profcol_core::pdata::{DictionaryBuilder, ProfileBatch};
 use profcol_core::telemetry::Telemetry;
 
 use super::*;
@@ -46,7 +47,7 @@ fn go_cpu() -> ProfileBatch {
         env!("CARGO_MANIFEST_DIR")
     );
     let bytes = std::fs::read(path).expect("fixture");
-    let p = profcol_core::pdata::codec::decode_pprof(&bytes, 1 << 26).expect("decodes");
+    let p = profcol_core::pdata::codec::plain_pprof(&bytes, 1 << 26).expect("decodes");
     pprof_to_batch(&p, ToOtlpOptions::default()).expect("translates")
 }
 
@@ -58,7 +59,7 @@ fn numbered(n: i64) -> ProfileBatch {
         type_strindex: b.string("samples"),
         unit_strindex: b.string("count"),
     };
-    ProfileBatch::from_valid(
+    batch_from_wire(
         b.finish(),
         vec![ResourceProfiles {
             resource: Some(Resource {
@@ -93,9 +94,8 @@ fn number_of(batch: &ProfileBatch) -> i64 {
     batch
         .profiles()
         .next()
-        .and_then(|p| p.samples.first())
+        .and_then(|p| p.samples.iter().next())
         .and_then(|s| s.values.first())
-        .copied()
         .expect("a numbered batch")
 }
 

@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
+use profcol_core::pdata::Dictionary;
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::summary::{frame_names, sample_value};
-use profcol_core::pdata::types::ProfilesDictionary;
 
 /// The service of a resource with no `service.name`, as OpenTelemetry names it.
 pub const UNKNOWN_SERVICE: &str = "unknown_service";
@@ -93,13 +93,6 @@ fn clean_frame(name: &str) -> String {
     }
 }
 
-fn text(d: &ProfilesDictionary, i: i32) -> &str {
-    usize::try_from(i)
-        .ok()
-        .and_then(|i| d.string_table.get(i))
-        .map_or("", String::as_str)
-}
-
 impl Accumulator {
     pub fn is_empty(&self) -> bool {
         self.graphs.is_empty()
@@ -122,8 +115,8 @@ impl Accumulator {
                 if p.samples.is_empty() || !admit(&service) {
                     continue;
                 }
-                let st = p.sample_type.unwrap_or_default();
-                let (sample_type, unit) = (text(d, st.type_strindex), text(d, st.unit_strindex));
+                let st = p.sample_type;
+                let (sample_type, unit) = (d.string(st.type_strindex), d.string(st.unit_strindex));
                 let graph = self.graph(&service, sample_type, unit);
                 let start = if p.time_unix_nano > 0 {
                     p.time_unix_nano
@@ -133,9 +126,9 @@ impl Accumulator {
                 let end = start.saturating_add(p.duration_nano);
                 graph.start_nanos = graph.start_nanos.min(start);
                 graph.end_nanos = graph.end_nanos.max(end);
-                for s in &p.samples {
+                for s in p.samples.iter() {
                     graph.samples += 1;
-                    let Ok(value) = u64::try_from(sample_value(s)) else {
+                    let Ok(value) = u64::try_from(sample_value(&s)) else {
                         continue;
                     };
                     if value == 0 {
@@ -235,15 +228,8 @@ impl Accumulator {
 
 /// The folded line of a stack: frames root first; within a location the caller first and
 /// inlined callees after it (`frame_names` gives them innermost first).
-fn fold(
-    d: &ProfilesDictionary,
-    stack_index: i32,
-    frames: &mut HashMap<i32, Vec<String>>,
-) -> String {
-    let locations = usize::try_from(stack_index)
-        .ok()
-        .and_then(|i| d.stack_table.get(i))
-        .map_or(&[][..], |s| &s.location_indices[..]);
+fn fold(d: &Dictionary, stack_index: i32, frames: &mut HashMap<i32, Vec<String>>) -> String {
+    let locations = d.stack(stack_index).location_indices.to_vec();
     let mut line = String::new();
     for &l in locations.iter().rev() {
         let names = frames.entry(l).or_insert_with(|| {
@@ -288,8 +274,7 @@ mod tests {
 
     #[test]
     fn long_names_and_deep_stacks_make_bounded_lines() {
-        use profcol_core::pdata::DictionaryBuilder;
-        use profcol_core::pdata::types::{Function, Line, Location};
+        use profcol_core::pdata::{DictionaryBuilder, Function, Line, Location};
         let long = format!("é{}", "x".repeat(1 << 20));
         assert_eq!(clean_frame(&long).len(), MAX_FRAME_NAME + '…'.len_utf8());
         let mut b = DictionaryBuilder::new();
@@ -298,18 +283,15 @@ mod tests {
             name_strindex: name,
             ..Default::default()
         });
-        let location = b.location(Location {
-            lines: vec![
-                Line {
-                    function_index: function,
-                    ..Default::default()
-                };
-                100
-            ],
+        let location = b.location(&Location {
+            lines: &[Line {
+                function_index: function,
+                ..Default::default()
+            }; 100],
             ..Default::default()
         });
         let stack = b.stack(&vec![location; 8192]);
-        let d = b.finish();
+        let d = b.finish().expect("fits");
         let line = fold(&d, stack, &mut HashMap::new());
         assert!(line.len() <= MAX_LINE, "{}", line.len());
         assert!(line.ends_with(";[truncated]"));

@@ -4,13 +4,14 @@ use std::time::Duration;
 
 use profcol_core::component::{ComponentId, CreateContext, Exporter, ExporterFactory};
 use profcol_core::config::{ConfigError, Validate, parse_typed, parse_yaml};
-use profcol_core::pdata::codec::decode_pprof;
+use profcol_core::pdata::ProfileBatch;
+use profcol_core::pdata::codec::plain_pprof;
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
+use profcol_core::pdata::testing::{WireDictionaryBuilder as DictionaryBuilder, batch_from_wire};
 use profcol_core::pdata::types::{
     AnyValue, Function, KeyValue, Line, Location, Profile, Resource, ResourceProfiles, Sample,
     ScopeProfiles, Value, ValueType,
 };
-use profcol_core::pdata::{DictionaryBuilder, ProfileBatch};
 use profcol_core::telemetry::Telemetry;
 use profcol_proto::pprof as pp;
 
@@ -45,7 +46,8 @@ fn fixture(name: &str) -> pp::Profile {
         env!("CARGO_MANIFEST_DIR")
     );
     let bytes = std::fs::read(path).expect("fixture");
-    decode_pprof(&bytes, 1 << 26).expect("decodes")
+    let plain = plain_pprof(&bytes, 1 << 26).expect("decodes");
+    <pp::Profile as prost::Message>::decode(plain.as_slice()).expect("pprof")
 }
 
 fn kv(key: &str, value: &str) -> KeyValue {
@@ -60,7 +62,7 @@ fn kv(key: &str, value: &str) -> KeyValue {
 
 fn batch_of(p: &pp::Profile, service: &str) -> ProfileBatch {
     pprof_to_batch(
-        p,
+        &prost::Message::encode_to_vec(p),
         ToOtlpOptions {
             resource_attributes: vec![kv("service.name", service)],
             ..Default::default()
@@ -573,7 +575,7 @@ fn inlined_batch() -> ProfileBatch {
         type_strindex: b.string("samples"),
         unit_strindex: b.string("count"),
     };
-    ProfileBatch::from_valid(
+    batch_from_wire(
         b.finish(),
         vec![ResourceProfiles {
             resource: Some(Resource {

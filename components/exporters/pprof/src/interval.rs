@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 
 use profcol_core::pdata::pprof::pprof_groups;
-use profcol_core::pdata::types::{
-    KeyValue, Profile, ProfilesDictionary, Resource, ResourceProfiles, ScopeProfiles, ValueType,
+use profcol_core::pdata::types::{KeyValue, Resource};
+use profcol_core::pdata::{
+    Dictionary, Merger, Profile, ProfileBatch, ResourceProfiles, ScopeProfiles, ValueType,
 };
-use profcol_core::pdata::{Merger, ProfileBatch};
 
 use crate::service_name;
 
@@ -61,18 +61,10 @@ impl Window {
     }
 }
 
-fn text(d: &ProfilesDictionary, i: i32) -> &str {
-    usize::try_from(i)
-        .ok()
-        .and_then(|i| d.string_table.get(i))
-        .map_or("", String::as_str)
-}
-
-fn type_names(d: &ProfilesDictionary, vt: Option<ValueType>) -> (String, String) {
-    let vt = vt.unwrap_or_default();
+fn type_names(d: &Dictionary, vt: ValueType) -> (String, String) {
     (
-        text(d, vt.type_strindex).to_owned(),
-        text(d, vt.unit_strindex).to_owned(),
+        d.string(vt.type_strindex).to_owned(),
+        d.string(vt.unit_strindex).to_owned(),
     )
 }
 
@@ -201,7 +193,7 @@ pub(crate) fn collapse(mut batch: ProfileBatch) -> ProfileBatch {
     let mut merged: Vec<Profile> = Vec::new();
     for p in &profiles {
         match merged.iter_mut().find(|m| m.sample_type == p.sample_type) {
-            Some(m) => m.samples.extend(p.samples.iter().cloned()),
+            Some(m) => m.samples.extend(&p.samples),
             None => merged.push(Profile {
                 sample_type: p.sample_type,
                 period_type: first.period_type,

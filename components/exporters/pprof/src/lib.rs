@@ -35,7 +35,6 @@ use profcol_core::pdata::codec::gzip_fast;
 use profcol_core::pdata::pprof::{PprofError, ToPprofOptions, batch_to_pprof};
 use profcol_core::pdata::types::{KeyValue, Value};
 use profcol_core::pdata::{ProfileBatch, semconv};
-use prost::Message;
 
 pub use config::{Config, DEFAULT_FILE_NAME, DEFAULT_MAX_FILES, DEFAULT_MAX_SERVICES};
 pub use push::SPY_NAME;
@@ -155,7 +154,7 @@ pub(crate) fn outputs(
 ) -> Result<Vec<Output>, PprofError> {
     let mut out = Vec::new();
     for o in batch_to_pprof(batch, options)? {
-        if o.profile.sample.is_empty() {
+        if o.sample_count == 0 {
             continue;
         }
         let attributes = batch
@@ -164,29 +163,16 @@ pub(crate) fn outputs(
             .and_then(|rp| rp.resource.as_ref())
             .map_or(&[][..], |r| &r.attributes[..]);
         let service = service_name(attributes);
-        let p = &o.profile;
-        let text = |i: i64| {
-            usize::try_from(i)
-                .ok()
-                .and_then(|i| p.string_table.get(i))
-                .map_or("", String::as_str)
-        };
-        let default_type = if p.default_sample_type != 0 {
-            text(p.default_sample_type)
-        } else {
-            p.sample_type.last().map_or("", |vt| text(vt.r#type))
-        };
-        let sample_type = if default_type.is_empty() {
+        let sample_type = if o.default_sample_type.is_empty() {
             "unknown".to_owned()
         } else {
-            default_type.to_owned()
+            o.default_sample_type.clone()
         };
-        let start_nanos = u64::try_from(p.time_nanos)
-            .ok()
-            .filter(|&t| t > 0)
+        let start_nanos = Some(o.time_nanos)
+            .filter(|&t| t > 0 && t <= i64::MAX as u64)
             .unwrap_or(now);
-        let end_nanos = start_nanos.saturating_add(u64::try_from(p.duration_nanos).unwrap_or(0));
-        let encoded = p.encode_to_vec();
+        let end_nanos = start_nanos.saturating_add(o.duration_nanos.min(i64::MAX as u64));
+        let encoded = o.profile;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         service.hash(&mut hasher);
         encoded.hash(&mut hasher);

@@ -15,11 +15,12 @@ use profcol_core::component::{ComponentId, CreateContext, Exporter, ExporterFact
 use profcol_core::config::{ConfigError, Validate, parse_typed, parse_yaml};
 use profcol_core::exporterhelper::{QueueSettings, RetrySettings};
 use profcol_core::pdata::ProfileBatch;
-use profcol_core::pdata::codec::decode_pprof;
+use profcol_core::pdata::codec::plain_pprof;
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::pdata::types::{AnyValue, KeyValue, Value};
 use profcol_core::telemetry::Telemetry;
 use profcol_proto::pprof as pp;
+use prost::Message;
 use tokio::net::TcpListener;
 
 use super::*;
@@ -68,7 +69,8 @@ fn fixture_names() -> Vec<String> {
 
 fn fixture(name: &str) -> pp::Profile {
     let bytes = std::fs::read(fixture_dir().join(name)).expect("fixture");
-    decode_pprof(&bytes, 1 << 26).expect("decodes")
+    let plain = plain_pprof(&bytes, 1 << 26).expect("decodes");
+    <pp::Profile as prost::Message>::decode(plain.as_slice()).expect("pprof")
 }
 
 fn kv(key: &str, value: Value) -> KeyValue {
@@ -81,7 +83,7 @@ fn kv(key: &str, value: Value) -> KeyValue {
 
 fn batch_of(p: &pp::Profile, service: &str, pid: i64) -> ProfileBatch {
     pprof_to_batch(
-        p,
+        &prost::Message::encode_to_vec(p),
         ToOtlpOptions {
             resource_attributes: vec![
                 kv("service.name", Value::StringValue(service.into())),

@@ -5,14 +5,7 @@
 //! gets a fresh dictionary holding only the entries its samples and profiles refer to, so
 //! that each part is self-contained and no larger than it must be.
 
-use std::collections::HashMap;
-
-use profcol_core::pdata::DictionaryBuilder;
-use profcol_core::pdata::ProfileBatch;
-use profcol_core::pdata::types::{
-    Function, KeyValueAndUnit, Line, Location, Mapping, Profile, ProfilesDictionary,
-    ResourceProfiles, Sample, ScopeProfiles, ValueType,
-};
+use profcol_core::pdata::{Profile, ProfileBatch, ResourceProfiles, ScopeProfiles, Subset};
 
 /// Splits `batch` into parts of at most `max` samples. A batch that already fits (or
 /// `max == 0`, no cap) comes back as it is, as the only part. Profiles without samples,
@@ -36,23 +29,21 @@ pub fn split_batch(batch: &ProfileBatch, max: usize) -> Vec<ProfileBatch> {
             }
             for p in &sp.profiles {
                 if p.samples.is_empty() {
-                    let profile = part.intern.profile(p, &[], true);
+                    let profile = part.subset.profile(p, std::iter::empty(), true);
                     part.profiles(ri, rp, si, sp).push(profile);
                     continue;
                 }
-                let mut rest = p.samples.as_slice();
+                let mut rest = p.samples.iter();
                 let mut first = true;
-                while !rest.is_empty() {
+                while rest.len() > 0 {
                     if part.samples >= max {
                         let full = std::mem::replace(&mut part, Part::new(source));
                         parts.push(full.finish(batch));
                     }
                     let take = (max - part.samples).min(rest.len());
-                    let (now, later) = rest.split_at(take);
-                    let profile = part.intern.profile(p, now, first);
-                    part.samples += now.len();
+                    let profile = part.subset.profile(p, rest.by_ref().take(take), first);
+                    part.samples += take;
                     part.profiles(ri, rp, si, sp).push(profile);
-                    rest = later;
                     first = false;
                 }
             }
@@ -66,7 +57,7 @@ pub fn split_batch(batch: &ProfileBatch, max: usize) -> Vec<ProfileBatch> {
 
 /// One part being filled.
 struct Part<'a> {
-    intern: Reinterner<'a>,
+    subset: Subset<'a>,
     resource_profiles: Vec<ResourceProfiles>,
     samples: usize,
     /// The source resource and scope that the last entries of `resource_profiles` copy.
@@ -75,16 +66,15 @@ struct Part<'a> {
 }
 
 impl<'a> Part<'a> {
-    fn new(source: &'a ProfilesDictionary) -> Self {
+    fn new(source: &'a profcol_core::pdata::Dictionary) -> Self {
         Part {
-            intern: Reinterner::new(source),
+            subset: Subset::new(source),
             resource_profiles: Vec::new(),
             samples: 0,
             at_resource: None,
             at_scope: None,
         }
     }
-
     /// This part's copy of source resource `ri`, made if the last one is another.
     fn resource(&mut self, ri: usize, rp: &ResourceProfiles) -> &mut ResourceProfiles {
         if self.at_resource != Some(ri) || self.resource_profiles.is_empty() {
@@ -124,231 +114,16 @@ impl<'a> Part<'a> {
     }
 
     fn finish(self, like: &ProfileBatch) -> ProfileBatch {
-        let batch = ProfileBatch::from_valid(self.intern.builder.finish(), self.resource_profiles);
+        // A part refers to no more entries than the batch it was cut from, whose
+        // dictionary fitted; an empty one stands in rather than a panic.
+        let dictionary = self
+            .subset
+            .finish()
+            .unwrap_or_else(|_| profcol_core::pdata::Dictionary::zero());
+        let batch = ProfileBatch::from_parts(dictionary, self.resource_profiles);
         match like.client() {
             Some(client) => batch.with_client(client.clone()),
             None => batch,
-        }
-    }
-}
-
-/// Copies entries of a source dictionary into a fresh one on first use, remembering
-/// where each landed.
-struct Reinterner<'a> {
-    source: &'a ProfilesDictionary,
-    builder: DictionaryBuilder,
-    strings: HashMap<i32, i32>,
-    functions: HashMap<i32, i32>,
-    mappings: HashMap<i32, i32>,
-    locations: HashMap<i32, i32>,
-    stacks: HashMap<i32, i32>,
-    links: HashMap<i32, i32>,
-    attributes: HashMap<i32, i32>,
-}
-
-/// An entry of a table; a (never expected) index out of range reads as the zero value.
-fn entry<T>(table: &[T], index: i32) -> Option<&T> {
-    usize::try_from(index).ok().and_then(|i| table.get(i))
-}
-
-impl<'a> Reinterner<'a> {
-    fn new(source: &'a ProfilesDictionary) -> Self {
-        Reinterner {
-            source,
-            builder: DictionaryBuilder::new(),
-            strings: HashMap::new(),
-            functions: HashMap::new(),
-            mappings: HashMap::new(),
-            locations: HashMap::new(),
-            stacks: HashMap::new(),
-            links: HashMap::new(),
-            attributes: HashMap::new(),
-        }
-    }
-
-    // Index 0 of every table is its zero value (validated at the edge), and so it is in
-    // the fresh builder: 0 maps to 0 without a lookup.
-
-    fn string(&mut self, i: i32) -> i32 {
-        if i == 0 {
-            return 0;
-        }
-        if let Some(&j) = self.strings.get(&i) {
-            return j;
-        }
-        let s = entry(&self.source.string_table, i).map_or("", String::as_str);
-        let j = self.builder.string(s);
-        self.strings.insert(i, j);
-        j
-    }
-
-    fn function(&mut self, i: i32) -> i32 {
-        if i == 0 {
-            return 0;
-        }
-        if let Some(&j) = self.functions.get(&i) {
-            return j;
-        }
-        let f = entry(&self.source.function_table, i)
-            .copied()
-            .unwrap_or_default();
-        let f = Function {
-            name_strindex: self.string(f.name_strindex),
-            system_name_strindex: self.string(f.system_name_strindex),
-            filename_strindex: self.string(f.filename_strindex),
-            start_line: f.start_line,
-        };
-        let j = self.builder.function(f);
-        self.functions.insert(i, j);
-        j
-    }
-
-    fn attribute(&mut self, i: i32) -> i32 {
-        if i == 0 {
-            return 0;
-        }
-        if let Some(&j) = self.attributes.get(&i) {
-            return j;
-        }
-        let source = self.source;
-        let kv = entry(&source.attribute_table, i);
-        let kv = KeyValueAndUnit {
-            key_strindex: self.string(kv.map_or(0, |kv| kv.key_strindex)),
-            unit_strindex: self.string(kv.map_or(0, |kv| kv.unit_strindex)),
-            value: kv.and_then(|kv| kv.value.clone()),
-        };
-        let j = self.builder.attribute(kv);
-        self.attributes.insert(i, j);
-        j
-    }
-
-    fn attribute_list(&mut self, indices: &[i32]) -> Vec<i32> {
-        indices.iter().map(|&i| self.attribute(i)).collect()
-    }
-
-    fn mapping(&mut self, i: i32) -> i32 {
-        if i == 0 {
-            return 0;
-        }
-        if let Some(&j) = self.mappings.get(&i) {
-            return j;
-        }
-        let source = self.source;
-        let Some(m) = entry(&source.mapping_table, i) else {
-            return 0;
-        };
-        let m = Mapping {
-            filename_strindex: self.string(m.filename_strindex),
-            attribute_indices: self.attribute_list(&m.attribute_indices),
-            ..m.clone()
-        };
-        let j = self.builder.mapping(m);
-        self.mappings.insert(i, j);
-        j
-    }
-
-    fn location(&mut self, i: i32) -> i32 {
-        if i == 0 {
-            return 0;
-        }
-        if let Some(&j) = self.locations.get(&i) {
-            return j;
-        }
-        let source = self.source;
-        let Some(l) = entry(&source.location_table, i) else {
-            return 0;
-        };
-        let l = Location {
-            mapping_index: self.mapping(l.mapping_index),
-            address: l.address,
-            lines: l
-                .lines
-                .iter()
-                .map(|line| Line {
-                    function_index: self.function(line.function_index),
-                    ..*line
-                })
-                .collect(),
-            attribute_indices: self.attribute_list(&l.attribute_indices),
-        };
-        let j = self.builder.location(l);
-        self.locations.insert(i, j);
-        j
-    }
-
-    fn stack(&mut self, i: i32) -> i32 {
-        if i == 0 {
-            return 0;
-        }
-        if let Some(&j) = self.stacks.get(&i) {
-            return j;
-        }
-        let source = self.source;
-        let locations: Vec<i32> = entry(&source.stack_table, i)
-            .map(|s| s.location_indices.as_slice())
-            .unwrap_or_default()
-            .iter()
-            .map(|&l| self.location(l))
-            .collect();
-        let j = self.builder.stack(&locations);
-        self.stacks.insert(i, j);
-        j
-    }
-
-    fn link(&mut self, i: i32) -> i32 {
-        if i == 0 {
-            return 0;
-        }
-        if let Some(&j) = self.links.get(&i) {
-            return j;
-        }
-        let source = self.source;
-        let j = match entry(&source.link_table, i) {
-            Some(l) => self.builder.link(&l.trace_id, &l.span_id),
-            None => 0,
-        };
-        self.links.insert(i, j);
-        j
-    }
-
-    fn value_type(&mut self, vt: Option<ValueType>) -> Option<ValueType> {
-        vt.map(|vt| ValueType {
-            type_strindex: self.string(vt.type_strindex),
-            unit_strindex: self.string(vt.unit_strindex),
-        })
-    }
-
-    /// A copy of profile `p`, with these of its samples, in this dictionary.
-    fn profile(&mut self, p: &Profile, samples: &[Sample], with_payload: bool) -> Profile {
-        Profile {
-            sample_type: self.value_type(p.sample_type),
-            period_type: self.value_type(p.period_type),
-            attribute_indices: self.attribute_list(&p.attribute_indices),
-            samples: samples
-                .iter()
-                .map(|s| Sample {
-                    stack_index: self.stack(s.stack_index),
-                    attribute_indices: self.attribute_list(&s.attribute_indices),
-                    link_index: self.link(s.link_index),
-                    values: s.values.clone(),
-                    timestamps_unix_nano: s.timestamps_unix_nano.clone(),
-                })
-                .collect(),
-            time_unix_nano: p.time_unix_nano,
-            duration_nano: p.duration_nano,
-            period: p.period,
-            profile_id: p.profile_id.clone(),
-            dropped_attributes_count: p.dropped_attributes_count,
-            original_payload_format: if with_payload {
-                p.original_payload_format.clone()
-            } else {
-                String::new()
-            },
-            original_payload: if with_payload {
-                p.original_payload.clone()
-            } else {
-                Vec::new()
-            },
         }
     }
 }
@@ -357,15 +132,22 @@ impl<'a> Reinterner<'a> {
 pub(crate) mod tests {
     use super::*;
     use profcol_core::pdata::any_value_to_string;
-    use profcol_core::pdata::types::{
-        AnyValue, InstrumentationScope, KeyValue, Resource, ScopeProfiles, Value,
+    use profcol_core::pdata::types::{AnyValue, InstrumentationScope, KeyValue, Resource, Value};
+    use profcol_core::pdata::{
+        ClientInfo, DictionaryBuilder, Function, Line, Link, Location, Mapping, Sample, Samples,
+        ValueType, merge,
     };
-    use profcol_core::pdata::{ClientInfo, merge};
+
+    /// An entry of a table; an index out of range reads as absent.
+    fn entry<T>(table: &[T], index: i32) -> Option<&T> {
+        usize::try_from(index).ok().and_then(|i| table.get(i))
+    }
 
     /// Everything a sample means, resolved through its batch's dictionary, as text: the
     /// resource and scope around it, its profile's fields, its stack down to function
     /// names, files, lines and mappings, its attributes, link, values and timestamps.
     pub(crate) fn resolved(b: &ProfileBatch) -> Vec<String> {
+        let b = b.to_wire();
         let d = b.dictionary();
         let s = |i: i32| entry(&d.string_table, i).cloned().unwrap_or_default();
         let attrs = |indices: &[i32]| -> Vec<String> {
@@ -385,7 +167,9 @@ pub(crate) mod tests {
                 })
                 .collect()
         };
-        let vt = |v: Option<ValueType>| v.map(|v| (s(v.type_strindex), s(v.unit_strindex)));
+        let vt = |v: Option<profcol_core::pdata::types::ValueType>| {
+            v.map(|v| (s(v.type_strindex), s(v.unit_strindex)))
+        };
         let mut out = Vec::new();
         for rp in b.resource_profiles() {
             for sp in &rp.scope_profiles {
@@ -480,12 +264,12 @@ pub(crate) mod tests {
             Value::StringValue("abc".into()),
             "",
         );
-        let mapping = b.mapping(Mapping {
+        let mapping = b.mapping(&Mapping {
             memory_start: 0x1000,
             memory_limit: 0x9000,
             file_offset: 0x10,
             filename_strindex: file,
-            attribute_indices: vec![build],
+            attribute_indices: &[build],
         });
         let mut locations = Vec::new();
         for i in 0..20 {
@@ -499,10 +283,10 @@ pub(crate) mod tests {
             });
             let folded =
                 b.attribute_kv("pprof.location.is_folded", Value::BoolValue(i % 2 == 0), "");
-            locations.push(b.location(Location {
+            locations.push(b.location(&Location {
                 mapping_index: mapping,
                 address: 0x1000 + i as u64 * 16,
-                lines: vec![
+                lines: &[
                     Line {
                         function_index: f,
                         line: i * 10,
@@ -514,7 +298,7 @@ pub(crate) mod tests {
                         column: 2,
                     },
                 ],
-                attribute_indices: vec![folded],
+                attribute_indices: &[folded],
             }));
         }
         let cpu = b.string("cpu");
@@ -523,42 +307,41 @@ pub(crate) mod tests {
         let count = b.string("count");
         let comment = b.attribute_kv("pprof.profile.comment", Value::StringValue("hi".into()), "");
         let profile = |seed: usize, b: &mut DictionaryBuilder| -> Profile {
-            let samples = (0..n)
-                .map(|i| {
-                    let k = (i * 7 + seed) % locations.len();
-                    let depth = 1 + (i + seed) % 5;
-                    let stack: Vec<i32> = (0..depth)
-                        .map(|d| locations[(k + d) % locations.len()])
-                        .collect();
-                    let thread = b.attribute_kv(
-                        "thread.name",
-                        Value::StringValue(format!("t{}", i % 4)),
-                        "",
-                    );
-                    let bytes = b.attribute_kv("alloc", Value::IntValue(i as i64), "bytes");
-                    let link = if i % 3 == 0 {
-                        b.link(&[i as u8 + 1; 16], &[seed as u8 + 1; 8])
-                    } else {
-                        0
-                    };
-                    Sample {
-                        stack_index: b.stack(&stack),
-                        attribute_indices: vec![thread, bytes],
-                        link_index: link,
-                        values: vec![(seed * 1000 + i) as i64 + 1],
-                        timestamps_unix_nano: vec![1_700_000_000_000_000_000 + i as u64],
-                    }
-                })
-                .collect();
+            let mut samples = Samples::default();
+            for i in 0..n {
+                let k = (i * 7 + seed) % locations.len();
+                let depth = 1 + (i + seed) % 5;
+                let stack: Vec<i32> = (0..depth)
+                    .map(|d| locations[(k + d) % locations.len()])
+                    .collect();
+                let thread =
+                    b.attribute_kv("thread.name", Value::StringValue(format!("t{}", i % 4)), "");
+                let bytes = b.attribute_kv("alloc", Value::IntValue(i as i64), "bytes");
+                let link = if i % 3 == 0 {
+                    b.link(Link {
+                        trace_id: [i as u8 + 1; 16],
+                        span_id: [seed as u8 + 1; 8],
+                    })
+                } else {
+                    0
+                };
+                samples.push(&Sample {
+                    stack_index: b.stack(&stack),
+                    attribute_indices: &[thread, bytes],
+                    link_index: link,
+                    values: &[(seed * 1000 + i) as i64 + 1],
+                    timestamps_unix_nano: &[1_700_000_000_000_000_000 + i as u64],
+                });
+            }
             Profile {
-                sample_type: Some(ValueType {
+                sample_type: ValueType {
                     type_strindex: samples_str,
                     unit_strindex: count,
-                }),
-                period_type: Some(ValueType {
+                },
+                period_type: ValueType {
                     type_strindex: cpu,
                     unit_strindex: ns,
-                }),
+                },
                 period: 10_000_000,
                 time_unix_nano: 1_700_000_000_000_000_000 + seed as u64,
                 duration_nano: 10_000_000_000,
@@ -574,10 +357,10 @@ pub(crate) mod tests {
         let p2 = profile(2, &mut b);
         let p3 = profile(3, &mut b);
         let empty = Profile {
-            sample_type: Some(ValueType {
+            sample_type: ValueType {
                 type_strindex: cpu,
                 unit_strindex: ns,
-            }),
+            },
             ..Default::default()
         };
         let scope = |name: &str| {
@@ -587,7 +370,7 @@ pub(crate) mod tests {
                 ..Default::default()
             })
         };
-        let dictionary = b.finish();
+        let dictionary = b.finish().expect("a small dictionary fits");
         let rps = vec![
             ResourceProfiles {
                 resource: Some(Resource {
@@ -619,11 +402,8 @@ pub(crate) mod tests {
             },
         ];
         // Checked as the edge checks input, so that a mistake here shows its path.
-        ProfileBatch::new(profcol_core::pdata::types::ProfilesData {
-            dictionary: Some(dictionary),
-            resource_profiles: rps,
-        })
-        .expect("rich_batch builds a valid batch")
+        ProfileBatch::decode(&ProfileBatch::from_parts(dictionary, rps).encode_to_vec())
+            .expect("rich_batch builds a valid batch")
     }
 
     pub(crate) fn pprof_batch(name: &str) -> ProfileBatch {
@@ -632,7 +412,7 @@ pub(crate) mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         let bytes = std::fs::read(&path).expect("testdata pprof");
-        let profile = profcol_core::pdata::codec::decode_pprof(
+        let profile = profcol_core::pdata::codec::plain_pprof(
             &bytes,
             profcol_core::pdata::codec::DEFAULT_MAX_DECOMPRESSED_BYTES,
         )
@@ -725,8 +505,8 @@ pub(crate) mod tests {
     fn parts_get_compact_dictionaries() {
         let batch = rich_batch(200);
         let parts = check_split(&batch, 3);
-        let first = parts[0].dictionary();
-        let whole = batch.dictionary();
+        let (first, whole) = (parts[0].to_wire(), batch.to_wire());
+        let (first, whole) = (first.dictionary(), whole.dictionary());
         assert!(first.attribute_table.len() < whole.attribute_table.len() / 10);
         assert!(first.stack_table.len() <= 4);
         assert!(first.string_table.len() < whole.string_table.len());

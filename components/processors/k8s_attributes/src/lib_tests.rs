@@ -231,9 +231,11 @@ async fn watches_a_kubeconfig_cluster_over_http_and_shares_the_watch() {
     }
     let mut batch_attrs = crate::testutil::attrs(&[("container.id", "aaaa")]);
     let input = {
-        use profcol_core::pdata::DictionaryBuilder;
+        use profcol_core::pdata::testing::{
+            WireDictionaryBuilder as DictionaryBuilder, batch_from_wire,
+        };
         use profcol_core::pdata::types::{Resource, ResourceProfiles};
-        profcol_core::pdata::ProfileBatch::from_valid(
+        batch_from_wire(
             DictionaryBuilder::new().finish(),
             vec![ResourceProfiles {
                 resource: Some(Resource {

@@ -299,7 +299,7 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         );
         let bytes = std::fs::read(path).expect("testdata");
-        let profile = profcol_core::pdata::codec::decode_pprof(
+        let profile = profcol_core::pdata::codec::plain_pprof(
             &bytes,
             profcol_core::pdata::codec::DEFAULT_MAX_DECOMPRESSED_BYTES,
         )

@@ -30,7 +30,7 @@ pub const DEFAULT_MAX_REQUEST_BODY_SIZE: u64 = 64 << 20;
 pub struct Config {
     #[serde(deserialize_with = "null_is_default")]
     pub protocols: Protocols,
-    /// Memory that requests being decoded may claim at once (each reserves 128 bytes per
+    /// Memory that requests being decoded may claim at once (each reserves 4 bytes per
     /// decompressed byte before decoding); past it, requests are refused as retryable
     /// (HTTP 429, gRPC RESOURCE_EXHAUSTED). Shared by both protocols.
     pub max_decoding_memory_mib: u32,

@@ -261,7 +261,7 @@ fn decode(
     permit.cover(plain.len()).map_err(HttpError::Refused)?;
     let invalid = |e: DecodeError| HttpError::Invalid(e.to_string());
     match encoding {
-        Encoding::Protobuf => ProfileBatch::decode(&plain).map_err(invalid),
+        Encoding::Protobuf => ProfileBatch::decode(&plain).map_err(|e| invalid(e.into())),
         Encoding::Json => {
             let data = read_profiles_json(&plain).map_err(|e| invalid(DecodeError::Json(e)))?;
             ProfileBatch::new(data).map_err(|e| invalid(DecodeError::Invalid(e)))

@@ -13,7 +13,7 @@ use profcol_core::component::{
     Started,
 };
 use profcol_core::pdata::ProfileBatch;
-use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, decode_pprof, gzip_fast};
+use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, gzip_fast, plain_pprof};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::pdata::types::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
 use profcol_core::telemetry::Telemetry;
@@ -40,7 +40,7 @@ fn go_cpu_batch() -> ProfileBatch {
         "/../../../testdata/pprof/go-cpu.pb.gz"
     );
     let bytes = std::fs::read(path).expect("testdata/pprof/go-cpu.pb.gz");
-    let profile = decode_pprof(&bytes, DEFAULT_MAX_DECOMPRESSED_BYTES).expect("pprof");
+    let profile = plain_pprof(&bytes, DEFAULT_MAX_DECOMPRESSED_BYTES).expect("pprof");
     let batch = pprof_to_batch(&profile, ToOtlpOptions::default()).expect("translates");
     assert!(batch.sample_count() > 0);
     batch
@@ -579,10 +579,12 @@ async fn a_spent_decoding_budget_refuses_at_once_and_recovers() {
     let mut config = both_protocols();
     config.max_decoding_memory_mib = 1;
     let mut running = start(config, 1).await;
-    // Over 8 KiB, so that one request reserves the whole 1 MiB (128 bytes per byte).
+    // Large enough that one request reserves the whole 1 MiB (the receivers reserve
+    // DECODE_AMPLIFICATION bytes per input byte).
     let mut padded = request_of(&go_cpu_batch());
     if let Some(d) = padded.dictionary.as_mut() {
-        d.string_table.push("x".repeat(10_000));
+        let whole = (1 << 20) / profcol_core::pdata::limits::DECODE_AMPLIFICATION;
+        d.string_table.push("x".repeat(whole + 10_000));
     }
     let body = padded.encode_to_vec();
     assert_eq!(

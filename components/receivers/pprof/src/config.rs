@@ -52,8 +52,8 @@ pub struct ServerConfig {
     pub endpoint: String,
     /// The largest body accepted, in bytes, both as sent and after decompression.
     pub max_request_body_size: u64,
-    /// Memory that requests being decoded may claim at once (each reserves 128 bytes per
-    /// decompressed byte before decoding); past it, requests get 429 at once.
+    /// Memory that requests being decoded may claim at once (each reserves 24 bytes per
+    /// decompressed byte of pprof before decoding: pprof grows as it becomes OTLP); past it, requests get 429 at once.
     pub max_decoding_memory_mib: u32,
 }
 

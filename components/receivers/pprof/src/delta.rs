@@ -271,22 +271,20 @@ pub(crate) fn drop_zero_samples(batch: &mut ProfileBatch, columns: &[String]) {
     if columns.is_empty() {
         return;
     }
-    let strings = &batch.dictionary().string_table;
-    let wanted: Vec<i32> = strings
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| columns.contains(s))
-        .filter_map(|(i, _)| i32::try_from(i).ok())
+    let d = batch.dictionary();
+    let is_delta: Vec<bool> = batch
+        .profiles()
+        .map(|p| {
+            let name = d.string(p.sample_type.type_strindex);
+            columns.iter().any(|c| c == name)
+        })
         .collect();
+    let mut is_delta = is_delta.into_iter();
     for rp in batch.resource_profiles_mut() {
         for sp in &mut rp.scope_profiles {
             for profile in &mut sp.profiles {
-                let is_delta = profile
-                    .sample_type
-                    .as_ref()
-                    .is_some_and(|st| wanted.contains(&st.type_strindex));
-                if is_delta {
-                    profile.samples.retain(|s| s.values.iter().any(|v| *v != 0));
+                if is_delta.next() == Some(true) {
+                    profile.samples.retain(|s| s.values.iter().any(|v| v != 0));
                 }
             }
         }

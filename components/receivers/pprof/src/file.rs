@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use profcol_core::component::Refused;
 use profcol_core::pdata::ProfileBatch;
-use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, decode_pprof};
+use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, plain_pprof};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::telemetry::{Counter, Telemetry};
 use tokio::time::MissedTickBehavior;
@@ -202,8 +202,7 @@ fn read_file(path: &Path) -> Result<Option<ProfileBatch>, FileError> {
         return Err(FileError::TooLarge);
     }
     let bytes = std::fs::read(path).map_err(FileError::Read)?;
-    let profile =
-        decode_pprof(&bytes, DEFAULT_MAX_DECOMPRESSED_BYTES).map_err(FileError::Decode)?;
+    let profile = plain_pprof(&bytes, DEFAULT_MAX_DECOMPRESSED_BYTES).map_err(FileError::Decode)?;
     let batch = pprof_to_batch(
         &profile,
         ToOtlpOptions {

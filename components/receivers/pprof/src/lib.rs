@@ -25,7 +25,7 @@ pub mod fuzzing {
 
     /// Decodes a Connect `Push` body as the server does, within `limit` bytes.
     pub fn push(body: &[u8], limit: usize) -> Result<Option<ProfileBatch>, String> {
-        let mut permit = DecodeBudget::new(1024).permit();
+        let mut permit = DecodeBudget::for_pprof(1024).permit();
         crate::pyroscope::push(body, limit, &mut permit).map_err(|e| e.to_string())
     }
 
@@ -43,7 +43,7 @@ pub mod fuzzing {
         if let Ok(v) = http::HeaderValue::from_str(content_type) {
             headers.insert(http::header::CONTENT_TYPE, v);
         }
-        let mut permit = DecodeBudget::new(1024).permit();
+        let mut permit = DecodeBudget::for_pprof(1024).permit();
         crate::pyroscope::ingest(&uri, &headers, body, limit, &mut permit)
             .map_err(|e| e.to_string())
     }
@@ -154,7 +154,7 @@ impl Receiver for PprofReceiver {
                     Ok(addr) => tracing::info!(id, %addr, "pprof receiver listening"),
                     Err(e) => tracing::info!(id, error = %e, "pprof receiver listening"),
                 }
-                let budget = DecodeBudget::new(config.max_decoding_memory_mib);
+                let budget = DecodeBudget::for_pprof(config.max_decoding_memory_mib);
                 Some((tcp, config.max_body_size(), budget))
             }
             None => None,

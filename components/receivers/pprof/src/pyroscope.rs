@@ -8,14 +8,14 @@ use std::collections::HashMap;
 use http::HeaderMap;
 use http::header::CONTENT_TYPE;
 use profcol_core::pdata::codec::maybe_gunzip_reserving;
-use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_into, pprof_to_batch};
+use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_into, pprof_to_batch_with};
 use profcol_core::pdata::semconv;
-use profcol_core::pdata::types::{
-    InstrumentationScope, KeyValue, Resource, ResourceProfiles, ScopeProfiles,
+use profcol_core::pdata::types::{InstrumentationScope, KeyValue, Resource};
+use profcol_core::pdata::{
+    DictionaryBuilder, Profile, ProfileBatch, ResourceProfiles, ScopeProfiles,
 };
-use profcol_core::pdata::{DictionaryBuilder, ProfileBatch};
-use profcol_proto::pprof as pp;
 use prost::Message;
+use std::borrow::Cow;
 
 use crate::endpoint::RequestError;
 use crate::form::{multipart_boundary, param, parse_multipart, query_params};
@@ -180,34 +180,18 @@ pub(crate) fn display_names(json: &[u8]) -> Result<HashMap<String, String>, Stri
 
 /// Renames sample types (and the default type, which names one) in place. New names are
 /// added to the string table, so strings shared with other fields stay as they are.
-pub(crate) fn rename_sample_types(p: &mut pp::Profile, renames: &HashMap<String, String>) {
+pub(crate) fn rename_sample_types(
+    builder: &mut DictionaryBuilder,
+    profiles: &mut [Profile],
+    renames: &HashMap<String, String>,
+) {
     if renames.is_empty() {
         return;
     }
-    let text = |p: &pp::Profile, i: i64| -> String {
-        usize::try_from(i)
-            .ok()
-            .and_then(|i| p.string_table.get(i))
-            .cloned()
-            .unwrap_or_default()
-    };
-    let default = text(p, p.default_sample_type);
-    for i in 0..p.sample_type.len() {
-        let old = text(p, p.sample_type[i].r#type);
-        let Some(new) = renames.get(&old) else {
-            continue;
-        };
-        let index = match p.string_table.iter().position(|s| s == new) {
-            Some(index) => index,
-            None => {
-                p.string_table.push(new.clone());
-                p.string_table.len() - 1
-            }
-        };
-        let index = i64::try_from(index).unwrap_or(0);
-        p.sample_type[i].r#type = index;
-        if p.default_sample_type != 0 && old == default {
-            p.default_sample_type = index;
+    for p in profiles {
+        // The old string stays in the dictionary for anything else that names it.
+        if let Some(new) = renames.get(builder.dictionary().string(p.sample_type.type_strindex)) {
+            p.sample_type.type_strindex = builder.string(new);
         }
     }
 }
@@ -223,16 +207,22 @@ fn unix_seconds(params: &[(String, String)], name: &str) -> Result<Option<i64>, 
 }
 
 /// `from`/`until` fill in the profile's time and duration when it has none.
-fn apply_time_range(p: &mut pp::Profile, from: Option<i64>, until: Option<i64>) {
-    const NANOS: i64 = 1_000_000_000;
-    if let Some(from) = from.filter(|f| *f > 0) {
-        if p.time_nanos == 0 {
-            p.time_nanos = from.saturating_mul(NANOS);
+fn apply_time_range(profiles: &mut [Profile], from: Option<i64>, until: Option<i64>) {
+    const NANOS: u64 = 1_000_000_000;
+    let Some(from) = from.and_then(|f| u64::try_from(f).ok()).filter(|f| *f > 0) else {
+        return;
+    };
+    let until = until
+        .and_then(|u| u64::try_from(u).ok())
+        .filter(|u| *u > from);
+    for p in profiles {
+        if p.time_unix_nano == 0 {
+            p.time_unix_nano = from.saturating_mul(NANOS);
         }
-        if let Some(until) = until.filter(|u| *u > from)
-            && p.duration_nanos == 0
+        if let Some(until) = until
+            && p.duration_nano == 0
         {
-            p.duration_nanos = (until - from).saturating_mul(NANOS);
+            p.duration_nano = (until - from).saturating_mul(NANOS);
         }
     }
 }
@@ -280,32 +270,35 @@ pub(crate) fn ingest(
         }
         None => (body, None),
     };
-    let mut profile = decode(profile_bytes, limit, permit).map_err(|e| match (e, format) {
-        (RequestError::Invalid(m), None) => RequestError::Invalid(format!(
-            "{m} (no format was given; Pyroscope's default, folded, is not supported: send format=pprof)"
-        )),
-        (e, _) => e,
-    })?;
-    if let Some(config) = config {
-        let renames = display_names(config).map_err(RequestError::Invalid)?;
-        rename_sample_types(&mut profile, &renames);
-    }
-    apply_time_range(&mut profile, from, until);
+    let profile = decode(profile_bytes, limit, permit)?;
+    let renames = match config {
+        Some(config) => display_names(config).map_err(RequestError::Invalid)?,
+        None => HashMap::new(),
+    };
 
     let mut origin = Origin::default();
     origin.set(semconv::SERVICE_NAME, &app.name);
     for (k, v) in &app.labels {
         origin.label(k, v);
     }
-    pprof_to_batch(
+    pprof_to_batch_with(
         &profile,
         ToOtlpOptions {
             resource_attributes: origin.attributes().to_vec(),
             scope: Some(origin.scope(SCOPE_INGEST)),
             original_payload: None,
         },
+        |builder, profiles| {
+            rename_sample_types(builder, profiles, &renames);
+            apply_time_range(profiles, from, until);
+        },
     )
-    .map_err(|e| RequestError::Invalid(format!("invalid pprof profile: {e}")))
+    .map_err(|e| match format {
+        Some(_) => RequestError::Invalid(format!("invalid pprof profile: {e}")),
+        None => RequestError::Invalid(format!(
+            "invalid pprof profile: {e} (no format was given; Pyroscope's default, folded, is not supported: send format=pprof)"
+        )),
+    })
 }
 
 /// `POST /push.v1.PusherService/Push`: every series' labels become one resource, each of
@@ -351,12 +344,7 @@ pub(crate) fn push(
             )
             .map_err(|e| at(RequestError::from_decode(e, limit)))?;
             used = used.saturating_add(plain.len());
-            let profile = pp::Profile::decode(&*plain).map_err(|e| {
-                at(RequestError::Invalid(format!(
-                    "invalid pprof profile: not a valid protobuf message: {e}"
-                )))
-            })?;
-            let translated = pprof_into(&mut builder, &profile)
+            let translated = pprof_into(&mut builder, &plain)
                 .map_err(|e| at(RequestError::Invalid(format!("invalid pprof profile: {e}"))))?;
             profiles.extend(translated);
         }
@@ -380,24 +368,27 @@ pub(crate) fn push(
     if resources.is_empty() {
         return Ok(None);
     }
-    Ok(Some(ProfileBatch::from_valid(builder.finish(), resources)))
+    let dictionary = builder.finish().map_err(|_| {
+        RequestError::Invalid(
+            "the request's profiles need more table entries than OTLP's indices address".to_owned(),
+        )
+    })?;
+    Ok(Some(ProfileBatch::from_parts(dictionary, resources)))
 }
 
-/// Decodes a pprof (gzip or plain) within `limit`, first growing the request's
-/// reservation to cover what it decompressed to.
-pub(crate) fn decode(
-    bytes: &[u8],
+/// Undoes gzip on a pprof within `limit`, first growing the request's reservation to
+/// cover what it decompressed to; the translation reads the plain bytes.
+pub(crate) fn decode<'a>(
+    bytes: &'a [u8],
     limit: usize,
     permit: &mut DecodePermit,
-) -> Result<pp::Profile, RequestError> {
+) -> Result<Cow<'a, [u8]>, RequestError> {
     let plain = maybe_gunzip_reserving(bytes, limit, permit, bytes.len())
         .map_err(|e| RequestError::from_decode(e, limit))?;
     permit
         .cover(bytes.len().saturating_add(plain.len()))
         .map_err(RequestError::Refused)?;
-    pp::Profile::decode(&*plain).map_err(|e| {
-        RequestError::from_decode(profcol_core::pdata::codec::DecodeError::Protobuf(e), limit)
-    })
+    Ok(plain)
 }
 
 #[cfg(test)]
@@ -488,46 +479,46 @@ mod tests {
         assert!(display_names(b"[1]").is_err());
         assert!(display_names(b"{").is_err());
 
-        let mut p = pp::Profile {
-            sample_type: vec![
-                pp::ValueType { r#type: 1, unit: 2 },
-                pp::ValueType { r#type: 3, unit: 2 },
-            ],
-            default_sample_type: 3,
-            string_table: ["", "alloc_space", "bytes", "inuse_space"]
-                .map(String::from)
-                .to_vec(),
+        let mut b = DictionaryBuilder::new();
+        let (alloc, inuse, bytes) = (
+            b.string("alloc_space"),
+            b.string("inuse_space"),
+            b.string("bytes"),
+        );
+        let typed = |t| Profile {
+            sample_type: profcol_core::pdata::ValueType {
+                type_strindex: t,
+                unit_strindex: bytes,
+            },
             ..Default::default()
         };
-        rename_sample_types(&mut p, &names);
+        let mut profiles = [typed(alloc), typed(inuse)];
+        rename_sample_types(&mut b, &mut profiles, &names);
+        let d = b.dictionary();
         assert_eq!(
-            p.string_table[p.sample_type[1].r#type as usize],
+            d.string(profiles[1].sample_type.type_strindex),
             "inuse_space_bytes"
         );
-        assert_eq!(p.sample_type[0].r#type, 1);
-        assert_eq!(
-            p.string_table[p.default_sample_type as usize],
-            "inuse_space_bytes"
-        );
+        assert_eq!(profiles[0].sample_type.type_strindex, alloc);
         // The old string is still there for anything else that uses it.
-        assert_eq!(p.string_table[3], "inuse_space");
+        assert_eq!(d.string(inuse), "inuse_space");
     }
 
     #[test]
     fn time_range_fills_only_what_is_missing() {
-        let mut p = pp::Profile::default();
+        let mut p = [Profile::default()];
         apply_time_range(&mut p, Some(1_700_000_000), Some(1_700_000_010));
-        assert_eq!(p.time_nanos, 1_700_000_000_000_000_000);
-        assert_eq!(p.duration_nanos, 10_000_000_000);
-        let mut p = pp::Profile {
-            time_nanos: 5,
-            duration_nanos: 6,
+        assert_eq!(p[0].time_unix_nano, 1_700_000_000_000_000_000);
+        assert_eq!(p[0].duration_nano, 10_000_000_000);
+        let mut p = [Profile {
+            time_unix_nano: 5,
+            duration_nano: 6,
             ..Default::default()
-        };
+        }];
         apply_time_range(&mut p, Some(1), Some(2));
-        assert_eq!((p.time_nanos, p.duration_nanos), (5, 6));
-        let mut p = pp::Profile::default();
+        assert_eq!((p[0].time_unix_nano, p[0].duration_nano), (5, 6));
+        let mut p = [Profile::default()];
         apply_time_range(&mut p, None, Some(2));
-        assert_eq!((p.time_nanos, p.duration_nanos), (0, 0));
+        assert_eq!((p[0].time_unix_nano, p[0].duration_nano), (0, 0));
     }
 }

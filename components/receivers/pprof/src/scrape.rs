@@ -18,6 +18,8 @@ use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::pdata::types::KeyValue;
 use profcol_core::telemetry::{Counter, Telemetry};
+use profcol_proto::pprof as pp;
+use prost::Message as _;
 use prost::bytes::Bytes;
 use rustls::RootCertStore;
 use tokio::task::JoinSet;
@@ -325,7 +327,7 @@ fn translate(
 ) -> Result<Translated, ScrapeError> {
     // Scrapes are paced by the interval, one at a time per target and bounded by
     // MAX_PROFILE_BYTES, so they reserve from a budget of their own.
-    let mut permit = profcol_core::decode_budget::DecodeBudget::new(
+    let mut permit = profcol_core::decode_budget::DecodeBudget::for_pprof(
         profcol_core::decode_budget::DEFAULT_DECODE_MEMORY_MIB,
     )
     .permit();
@@ -348,11 +350,18 @@ fn translate(
         let batch = pprof_to_batch(&profile, options).map_err(invalid)?;
         return Ok((non_empty(batch), None));
     }
-    let diff = delta::diff(kind, &profile, previous)
+    // Differencing matches samples across scrapes by meaning, on pprof's own types; a
+    // scrape comes once per interval, so their allocations are paid at that pace.
+    let cumulative = pp::Profile::decode(&*profile).map_err(|e| {
+        ScrapeError::Invalid(format!(
+            "invalid pprof profile: not a valid protobuf message: {e}"
+        ))
+    })?;
+    let diff = delta::diff(kind, &cumulative, previous)
         .map_err(|e| ScrapeError::Invalid(format!("invalid pprof profile: {e}")))?;
     let batch = match &diff.profile {
         Some(p) => {
-            let mut batch = pprof_to_batch(p, options).map_err(invalid)?;
+            let mut batch = pprof_to_batch(&p.encode_to_vec(), options).map_err(invalid)?;
             delta::drop_zero_samples(&mut batch, &diff.delta_columns);
             non_empty(batch)
         }

@@ -155,6 +155,7 @@ fn proc_without_map_files(root: &Path, pids: &[(u32, &str)]) {
 
 /// Every location's function names, by `process.pid`.
 fn names_by_pid(batch: &ProfileBatch) -> Vec<(i64, Vec<Vec<String>>)> {
+    let batch = batch.to_wire();
     let d = batch.dictionary();
     batch
         .resource_profiles()

@@ -14,11 +14,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use profcol_core::pdata::types::{
-    AnyValue, Function, InstrumentationScope, KeyValue, Line, Location, Mapping as OtlpMapping,
-    Profile, Resource, ResourceProfiles, Sample, ScopeProfiles, Value, ValueType,
+use profcol_core::pdata::types::{AnyValue, InstrumentationScope, KeyValue, Resource, Value};
+use profcol_core::pdata::{
+    DictionaryBuilder, Function, Line, Location, Mapping as OtlpMapping, Profile, ProfileBatch,
+    ResourceProfiles, Sample, Samples, ScopeProfiles, ValueType, semconv,
 };
-use profcol_core::pdata::{DictionaryBuilder, ProfileBatch, semconv};
 
 use crate::process::{Mapping, MappingKind, Process};
 use crate::symbolize::{FrameType, Symbolized, TRUNCATED_FRAME};
@@ -287,32 +287,27 @@ impl ProfileBuilder {
             kernel_mapping: None,
             unsymbolized: 0,
         };
-        let mut by_resource: Vec<Vec<Sample>> = vec![Vec::new(); self.resources.len()];
-        for (key, timestamps) in &self.samples {
+        let mut by_resource: Vec<Samples> = vec![Samples::default(); self.resources.len()];
+        let mut timestamps = Vec::new();
+        for (key, times) in &self.samples {
             let stack = out.stack(key.stack);
-            let mut timestamps = timestamps.clone();
+            timestamps.clear();
+            timestamps.extend_from_slice(times);
             timestamps.sort_unstable();
-            let attribute_indices = vec![
+            let attribute_indices = [
+                out.dict.attribute_int(attr::THREAD_ID, i64::from(key.tid)),
+                out.dict.attribute_str(attr::THREAD_NAME, &key.thread_name),
                 out.dict
-                    .attribute_kv(attr::THREAD_ID, Value::IntValue(i64::from(key.tid)), ""),
-                out.dict.attribute_kv(
-                    attr::THREAD_NAME,
-                    Value::StringValue(key.thread_name.clone()),
-                    "",
-                ),
-                out.dict.attribute_kv(
-                    attr::CPU_LOGICAL_NUMBER,
-                    Value::IntValue(i64::from(key.cpu)),
-                    "",
-                ),
+                    .attribute_int(attr::CPU_LOGICAL_NUMBER, i64::from(key.cpu)),
             ];
-            by_resource[key.resource.0 as usize].push(Sample {
-                stack_index: stack,
-                attribute_indices,
-                link_index: 0,
-                values: Vec::new(),
-                timestamps_unix_nano: timestamps,
-            });
+            if let Some(samples) = by_resource.get_mut(key.resource.0 as usize) {
+                samples.push(&Sample {
+                    stack_index: stack,
+                    attribute_indices: &attribute_indices,
+                    timestamps_unix_nano: &timestamps,
+                    ..Default::default()
+                });
+            }
         }
         let samples_type = ValueType {
             type_strindex: out.dict.string("samples"),
@@ -339,11 +334,11 @@ impl ProfileBuilder {
                         ..Default::default()
                     }),
                     profiles: vec![Profile {
-                        sample_type: Some(samples_type),
+                        sample_type: samples_type,
                         samples,
                         time_unix_nano: start,
                         duration_nano: end - start,
-                        period_type: Some(period_type),
+                        period_type,
                         period: meta.period_nanos,
                         ..Default::default()
                     }],
@@ -353,11 +348,15 @@ impl ProfileBuilder {
             })
             .collect();
         let unsymbolized = out.unsymbolized;
-        let dictionary = out.dict.finish();
-        (
-            ProfileBatch::from_valid(dictionary, resource_profiles),
-            unsymbolized,
-        )
+        let batch = match out.dict.finish() {
+            Ok(dictionary) => ProfileBatch::from_parts(dictionary, resource_profiles),
+            Err(_) => {
+                // 2^31 entries in one table: far past any interval's worth of stacks.
+                tracing::warn!("an interval's profile outgrew OTLP's table indices; dropped");
+                ProfileBatch::empty()
+            }
+        };
+        (batch, unsymbolized)
     }
 }
 
@@ -421,11 +420,7 @@ impl Output<'_> {
     }
 
     fn frame_type(&mut self, t: FrameType) -> i32 {
-        self.dict.attribute_kv(
-            semconv::FRAME_TYPE,
-            Value::StringValue(t.as_str().to_owned()),
-            "",
-        )
+        self.dict.attribute_str(semconv::FRAME_TYPE, t.as_str())
     }
 
     fn lines(&mut self, symbolized: &Symbolized) -> Vec<Line> {
@@ -465,12 +460,12 @@ impl Output<'_> {
                 if lines.is_empty() {
                     self.unsymbolized += 1;
                 }
-                Location {
-                    mapping_index: mapping,
-                    address: addr,
+                (
+                    mapping,
+                    addr,
                     lines,
-                    attribute_indices: vec![self.frame_type(FrameType::Kernel)],
-                }
+                    vec![self.frame_type(FrameType::Kernel)],
+                )
             }
             Frame::User { mapping, address } => {
                 let record = self.builder.mapping_record(mapping);
@@ -488,21 +483,21 @@ impl Output<'_> {
                 if lines.is_empty() {
                     self.unsymbolized += 1;
                 }
-                Location {
-                    mapping_index: self.mapping(mapping),
+                (
+                    self.mapping(mapping),
                     address,
                     lines,
-                    attribute_indices: vec![self.frame_type(frame_type)],
-                }
+                    vec![self.frame_type(frame_type)],
+                )
             }
             Frame::Unmapped { addr } => {
                 self.unsymbolized += 1;
-                Location {
-                    mapping_index: 0,
-                    address: addr,
-                    lines: Vec::new(),
-                    attribute_indices: vec![self.frame_type(FrameType::Native)],
-                }
+                (
+                    0,
+                    addr,
+                    Vec::new(),
+                    vec![self.frame_type(FrameType::Native)],
+                )
             }
             Frame::Truncated => {
                 let name = self.dict.string(TRUNCATED_FRAME);
@@ -510,19 +505,25 @@ impl Output<'_> {
                     name_strindex: name,
                     ..Default::default()
                 });
-                Location {
-                    mapping_index: 0,
-                    address: 0,
-                    lines: vec![Line {
+                (
+                    0,
+                    0,
+                    vec![Line {
                         function_index: function,
                         line: 0,
                         column: 0,
                     }],
-                    attribute_indices: vec![self.frame_type(FrameType::AbortMarker)],
-                }
+                    vec![self.frame_type(FrameType::AbortMarker)],
+                )
             }
         };
-        let i = self.dict.location(location);
+        let (mapping_index, address, lines, attribute_indices) = location;
+        let i = self.dict.location(&Location {
+            mapping_index,
+            address,
+            lines: &lines,
+            attribute_indices: &attribute_indices,
+        });
         self.locations.insert(frame, i);
         i
     }
@@ -535,18 +536,10 @@ impl Output<'_> {
         let mut attribute_indices = Vec::new();
         if let Some(file) = &m.file {
             if let Some(id) = file.build_id_gnu_hex() {
-                attribute_indices.push(self.dict.attribute_kv(
-                    semconv::BUILD_ID_GNU,
-                    Value::StringValue(id),
-                    "",
-                ));
+                attribute_indices.push(self.dict.attribute_str(semconv::BUILD_ID_GNU, &id));
             }
             if let Some(id) = &file.build_id_go {
-                attribute_indices.push(self.dict.attribute_kv(
-                    semconv::BUILD_ID_GO,
-                    Value::StringValue(id.clone()),
-                    "",
-                ));
+                attribute_indices.push(self.dict.attribute_str(semconv::BUILD_ID_GO, id));
             }
         }
         let (file_offset, filename) = match m.kind {
@@ -554,12 +547,12 @@ impl Output<'_> {
             MappingKind::Anonymous | MappingKind::Pseudo => (0, m.path.as_str()),
         };
         let filename_strindex = self.dict.string(filename);
-        let i = self.dict.mapping(OtlpMapping {
+        let i = self.dict.mapping(&OtlpMapping {
             memory_start: m.start,
             memory_limit: m.end,
             file_offset,
             filename_strindex,
-            attribute_indices,
+            attribute_indices: &attribute_indices,
         });
         self.mappings.insert(id, i);
         i
@@ -570,20 +563,16 @@ impl Output<'_> {
             return i;
         }
         let attribute_indices = match &self.meta.kernel_build_id {
-            Some(id) => vec![self.dict.attribute_kv(
-                semconv::BUILD_ID_GNU,
-                Value::StringValue(id.clone()),
-                "",
-            )],
+            Some(id) => vec![self.dict.attribute_str(semconv::BUILD_ID_GNU, id)],
             None => Vec::new(),
         };
         let filename_strindex = self.dict.string(KERNEL_MAPPING_NAME);
-        let i = self.dict.mapping(OtlpMapping {
+        let i = self.dict.mapping(&OtlpMapping {
             memory_start: 0,
             memory_limit: 0,
             file_offset: 0,
             filename_strindex,
-            attribute_indices,
+            attribute_indices: &attribute_indices,
         });
         self.kernel_mapping = Some(i);
         i
@@ -595,8 +584,7 @@ mod tests {
     use super::*;
     use crate::process::{ExecutableFile, FileKey};
     use crate::symbolize::SymLine;
-    use profcol_core::pdata::attribute_value;
-    use profcol_core::pdata::types::ProfilesDictionary;
+    use profcol_core::pdata::types::{ProfilesDictionary, ResourceProfiles, ValueType};
 
     fn meta() -> BatchMeta {
         BatchMeta {
@@ -639,6 +627,20 @@ mod tests {
                 rejected: None,
             })),
         })
+    }
+
+    /// The value of the attribute named `key` among `indices`.
+    fn attribute_value<'a>(
+        d: &'a ProfilesDictionary,
+        indices: &[i32],
+        key: &str,
+    ) -> Option<&'a AnyValue> {
+        indices
+            .iter()
+            .filter_map(|&i| d.attribute_table.get(i as usize))
+            .find(|kv| d.string_table[kv.key_strindex as usize] == key)?
+            .value
+            .as_ref()
     }
 
     fn str_value(d: &ProfilesDictionary, indices: &[i32], key: &str) -> Option<String> {
@@ -772,6 +774,7 @@ mod tests {
 
         let decoded = ProfileBatch::decode(&batch.encode_to_vec()).expect("valid OTLP");
         assert_eq!(decoded, batch);
+        let batch = batch.to_wire();
         let d = batch.dictionary();
         let rps = batch.resource_profiles();
         assert_eq!(rps.len(), 2, "one resource per process");
@@ -920,12 +923,13 @@ mod tests {
         b.add(r, Vec::new(), 1, "t", 0, 900);
         b.add(r, Vec::new(), 1, "t", 0, 2500);
         let (batch, _) = b.finish(&Symbols::default(), &meta(), 2000);
+        assert!(ProfileBatch::decode(&batch.encode_to_vec()).is_ok());
+        let batch = batch.to_wire();
         let p = batch.profiles().next().expect("profile");
         assert_eq!(p.time_unix_nano, 900);
         assert_eq!(p.duration_nano, 1601);
         for t in &p.samples[0].timestamps_unix_nano {
             assert!((p.time_unix_nano..p.time_unix_nano + p.duration_nano).contains(t));
         }
-        assert!(ProfileBatch::decode(&batch.encode_to_vec()).is_ok());
     }
 }

@@ -3,8 +3,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use profcol_core::pdata::attribute_value;
+use profcol_core::pdata::WireBatch;
 use profcol_core::pdata::types::{ProfilesDictionary, Value};
+
+fn attribute_value<'a>(
+    d: &'a ProfilesDictionary,
+    indices: &[i32],
+    key: &str,
+) -> Option<&'a profcol_core::pdata::types::AnyValue> {
+    WireBatch::attribute_value(d, indices, key)
+}
 
 use super::*;
 
@@ -88,7 +96,7 @@ fn names(d: &ProfilesDictionary, location: i32) -> Vec<String> {
         .collect()
 }
 
-fn stack_of(batch: &ProfileBatch, sample: usize) -> Vec<i32> {
+fn stack_of(batch: &WireBatch, sample: usize) -> Vec<i32> {
     let p = batch.profiles().next().expect("a profile");
     batch.dictionary().stack_table[p.samples[sample].stack_index as usize]
         .location_indices
@@ -106,7 +114,7 @@ fn mapping_attr(d: &ProfilesDictionary, location: i32, key: &str) -> Option<Stri
     }
 }
 
-fn resource_attr(batch: &ProfileBatch, key: &str) -> Option<Value> {
+fn resource_attr(batch: &WireBatch, key: &str) -> Option<Value> {
     batch.resource_profiles()[0]
         .resource
         .as_ref()?
@@ -132,7 +140,9 @@ fn own_process_is_profiled_and_symbolized_end_to_end() {
     }
     clock.set(15 * S);
     let batch = engine.flush().expect("a batch");
-    let batch = ProfileBatch::decode(&batch.encode_to_vec()).expect("valid OTLP");
+    let batch = ProfileBatch::decode(&batch.encode_to_vec())
+        .expect("valid OTLP")
+        .to_wire();
     let d = batch.dictionary();
 
     assert_eq!(
@@ -193,7 +203,7 @@ fn without_symbolization_frames_keep_mapping_and_file_offset() {
     let pid = std::process::id();
     let leaf = engine_marker_leaf as *const () as usize as u64;
     engine.on_sample(sample(pid, S, vec![leaf, 0x10]));
-    let batch = engine.flush().expect("batch");
+    let batch = engine.flush().expect("batch").to_wire();
     let d = batch.dictionary();
     let stack = stack_of(&batch, 0);
     let loc = &d.location_table[stack[0] as usize];
@@ -231,7 +241,7 @@ fn deep_and_truncated_stacks_end_with_a_marker() {
     s.kernel_stack = vec![0xffffffff81000000, 0xffffffff81000100];
     s.kernel_truncated = true;
     engine.on_sample(s);
-    let batch = engine.flush().expect("batch");
+    let batch = engine.flush().expect("batch").to_wire();
     let d = batch.dictionary();
     let stack = stack_of(&batch, 0);
     let types: Vec<String> = stack.iter().map(|&l| frame_type(d, l)).collect();
@@ -320,7 +330,7 @@ fn short_lived_process_is_read_lazily_and_kept_through_its_grace_period() {
     // A late sample of the exited process still resolves its mapping.
     engine.on_sample(sample(pid, 100 * S + 1, vec![exec.start + 0x20]));
     clock.set(101 * S);
-    let batch = engine.flush().expect("batch");
+    let batch = engine.flush().expect("batch").to_wire();
     let d = batch.dictionary();
     assert_eq!(
         resource_attr(&batch, "process.executable.name"),
@@ -359,7 +369,7 @@ fn stripped_go_program_is_symbolized_end_to_end() {
         filename: String::new(),
     });
     engine.on_sample(sample(running.pid(), S, vec![running.marker_pc + 4]));
-    let batch = engine.flush().expect("batch");
+    let batch = engine.flush().expect("batch").to_wire();
     let d = batch.dictionary();
     let stack = stack_of(&batch, 0);
     assert_eq!(names(d, stack[0]), [testutil::GO_MARKER]);
@@ -388,7 +398,7 @@ fn kernel_frames_are_symbolized_when_kallsyms_has_addresses() {
     let mut s = sample(std::process::id(), S, Vec::new());
     s.kernel_stack = vec![addr + 4];
     engine.on_sample(s);
-    let batch = engine.flush().expect("batch");
+    let batch = engine.flush().expect("batch").to_wire();
     let d = batch.dictionary();
     let stack = stack_of(&batch, 0);
     assert_eq!(names(d, stack[0]), ["vfs_read"]);
@@ -419,7 +429,7 @@ fn idle_samples_need_no_proc_entry() {
     s.comm = "swapper/1".into();
     s.kernel_stack = vec![0xffffffff81000010];
     engine.on_sample(s);
-    let batch = engine.flush().expect("batch");
+    let batch = engine.flush().expect("batch").to_wire();
     assert_eq!(
         resource_attr(&batch, "process.pid"),
         Some(Value::IntValue(0))
@@ -463,7 +473,7 @@ fn a_sample_in_execve_has_kernel_frames_only_and_reads_no_proc() {
     assert!(p.unread, "/proc was not read for the image in flux");
     assert!(!engine.unwinder.is_waiting(child), "no tables asked for");
 
-    let batch = engine.flush().expect("batch");
+    let batch = engine.flush().expect("batch").to_wire();
     let d = batch.dictionary();
     let rp = batch
         .resource_profiles()
@@ -525,7 +535,7 @@ fn a_forks_sample_from_before_its_exec_is_resolved_with_its_parents_image() {
     assert!(p.unread, "still the fork's placeholder");
     assert_eq!(engine.processes().fork_image(child_pid), Some(parent));
 
-    let batch = engine.flush().expect("batch");
+    let batch = engine.flush().expect("batch").to_wire();
     let d = batch.dictionary();
     let exe = std::env::current_exe().expect("exe");
     let mut child_samples = 0;
@@ -606,7 +616,7 @@ fn samples_held_for_their_stack_copy_are_resolved_with_the_image_an_exec_ends() 
         filename: "/usr/bin/true".into(),
     });
     assert!(engine.deferred.is_empty());
-    let batch = engine.flush().expect("batch");
+    let batch = engine.flush().expect("batch").to_wire();
     let d = batch.dictionary();
     let loc = &d.location_table[stack_of(&batch, 0)[0] as usize];
     let m = &d.mapping_table[loc.mapping_index as usize];

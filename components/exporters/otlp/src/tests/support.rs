@@ -15,7 +15,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use profcol_core::component::{ComponentId, CreateContext, Exporter, ExporterFactory};
 use profcol_core::pdata::ProfileBatch;
-use profcol_core::pdata::codec::decode_pprof;
+use profcol_core::pdata::codec::plain_pprof;
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::telemetry::Telemetry;
 use profcol_proto::otlp::collector::profiles::v1development::profiles_service_server::{
@@ -33,7 +33,7 @@ pub fn go_cpu_batch() -> ProfileBatch {
         "/../../../testdata/pprof/go-cpu.pb.gz"
     );
     let bytes = std::fs::read(path).expect("testdata/pprof/go-cpu.pb.gz");
-    let profile = decode_pprof(&bytes, 64 << 20).expect("pprof");
+    let profile = plain_pprof(&bytes, 64 << 20).expect("pprof");
     let batch = pprof_to_batch(&profile, ToOtlpOptions::default()).expect("translate");
     assert!(batch.sample_count() > 0);
     batch

@@ -41,7 +41,7 @@ impl Drop for TempDir {
     }
 }
 
-fn file_path(batch: &profcol_core::pdata::ProfileBatch) -> String {
+fn file_path(batch: &profcol_core::pdata::WireBatch) -> String {
     let scope = batch.resource_profiles()[0].scope_profiles[0]
         .scope
         .as_ref()

@@ -15,10 +15,10 @@ use profcol_core::component::{
     ComponentError, ComponentId, CreateContext, ReceiverContext, ReceiverFactory, ReceiverOutput,
     Started,
 };
-use profcol_core::pdata::ProfileBatch;
-use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, decode_pprof};
+use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, plain_pprof};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::pdata::types::{Profile, Value};
+use profcol_core::pdata::{ProfileBatch, WireBatch};
 use profcol_core::telemetry::Telemetry;
 use profcol_proto::pprof as pp;
 use profcol_receiver_pprof::{Config, PprofReceiverFactory};
@@ -39,12 +39,16 @@ pub fn fixture(name: &str) -> Vec<u8> {
 }
 
 pub fn fixture_profile(name: &str) -> pp::Profile {
-    decode_pprof(&fixture(name), DEFAULT_MAX_DECOMPRESSED_BYTES).expect("fixture is pprof")
+    let plain =
+        plain_pprof(&fixture(name), DEFAULT_MAX_DECOMPRESSED_BYTES).expect("fixture is pprof");
+    <pp::Profile as prost::Message>::decode(plain.as_slice()).expect("fixture is pprof")
 }
 
 /// Samples in the batch a fixture translates to (one per sample and sample type).
 pub fn fixture_samples(name: &str) -> usize {
-    pprof_to_batch(&fixture_profile(name), ToOtlpOptions::default())
+    let plain =
+        plain_pprof(&fixture(name), DEFAULT_MAX_DECOMPRESSED_BYTES).expect("fixture is pprof");
+    pprof_to_batch(&plain, ToOtlpOptions::default())
         .expect("translates")
         .sample_count()
 }
@@ -53,7 +57,7 @@ pub use profcol_core::testkit::free_port;
 
 // ---- batch inspection -----------------------------------------------------------------
 
-pub fn string(batch: &ProfileBatch, index: i32) -> &str {
+pub fn string(batch: &WireBatch, index: i32) -> &str {
     batch
         .dictionary()
         .string_table
@@ -62,7 +66,7 @@ pub fn string(batch: &ProfileBatch, index: i32) -> &str {
 }
 
 /// The sample type names of the batch's profiles, in order.
-pub fn sample_types(batch: &ProfileBatch) -> Vec<String> {
+pub fn sample_types(batch: &WireBatch) -> Vec<String> {
     batch
         .profiles()
         .map(|p| {
@@ -76,7 +80,7 @@ pub fn sample_types(batch: &ProfileBatch) -> Vec<String> {
 }
 
 /// The profile of the named sample type.
-pub fn profile<'a>(batch: &'a ProfileBatch, sample_type: &str) -> &'a Profile {
+pub fn profile<'a>(batch: &'a WireBatch, sample_type: &str) -> &'a Profile {
     batch
         .profiles()
         .find(|p| {
@@ -89,7 +93,7 @@ pub fn profile<'a>(batch: &'a ProfileBatch, sample_type: &str) -> &'a Profile {
 }
 
 /// The resource attributes of resource `i`, as (key, text).
-pub fn resource_attributes(batch: &ProfileBatch, i: usize) -> Vec<(String, String)> {
+pub fn resource_attributes(batch: &WireBatch, i: usize) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = batch.resource_profiles()[i]
         .resource
         .as_ref()
@@ -119,7 +123,7 @@ pub fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
     out
 }
 
-pub fn scope_name(batch: &ProfileBatch, i: usize) -> String {
+pub fn scope_name(batch: &WireBatch, i: usize) -> String {
     batch.resource_profiles()[i].scope_profiles[0]
         .scope
         .as_ref()
@@ -194,17 +198,19 @@ pub async fn start(config: Config, capacity: usize) -> Running {
 }
 
 impl Running {
-    pub async fn next_batch(&mut self) -> ProfileBatch {
-        tokio::time::timeout(Duration::from_secs(10), self.rx.recv())
+    /// The next batch, as OTLP's generated types for inspection.
+    pub async fn next_batch(&mut self) -> WireBatch {
+        let batch: ProfileBatch = tokio::time::timeout(Duration::from_secs(10), self.rx.recv())
             .await
             .expect("a batch in time")
-            .expect("channel open")
+            .expect("channel open");
+        batch.to_wire()
     }
 
     /// Asserts that nothing arrives for `wait`.
     pub async fn assert_quiet(&mut self, wait: Duration) {
         if let Ok(Some(b)) = tokio::time::timeout(wait, self.rx.recv()).await {
-            panic!("unexpected batch: {:?}", sample_types(&b));
+            panic!("unexpected batch: {:?}", sample_types(&b.to_wire()));
         }
     }
 

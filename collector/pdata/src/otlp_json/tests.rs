@@ -35,14 +35,10 @@ fn kv(key: &str, v: Av) -> KeyValue {
     }
 }
 
+/// The OTLP/JSON the model writes for `d` (checked on the way in, as input is).
 fn encode(d: &ProfilesData) -> String {
-    let mut out = Vec::new();
-    write_profiles_json(
-        &d.dictionary.clone().unwrap_or_default(),
-        &d.resource_profiles,
-        &mut out,
-    );
-    String::from_utf8(out).unwrap_or_else(|e| panic!("output is not UTF-8: {e}"))
+    let batch = crate::ProfileBatch::new(d.clone()).unwrap_or_else(|e| panic!("invalid: {e}"));
+    String::from_utf8(batch.to_json()).unwrap_or_else(|e| panic!("output is not UTF-8: {e}"))
 }
 
 fn decode(text: &str) -> ProfilesData {
@@ -356,6 +352,19 @@ fn go_style_document_reencodes_to_the_same_json() {
         .unwrap_or_else(|e| panic!("our output is not JSON: {e}"));
     let theirs: Value =
         serde_json::from_str(GO_STYLE).unwrap_or_else(|e| panic!("fixture is not JSON: {e}"));
+    // Except that the model resolves string references in resource attributes (those
+    // are plain structs for the processors that edit them), so that one comes back
+    // spelled out.
+    let mut theirs = theirs;
+    let attributes = &mut theirs["resourceProfiles"][0]["resource"]["attributes"];
+    for kv in attributes.as_array_mut().into_iter().flatten() {
+        if kv["keyStrindex"] == 5 {
+            *kv = serde_json::json!({
+                "key": "process.executable.name",
+                "value": {"stringValue": "/usr/bin/checkout"}
+            });
+        }
+    }
     assert_eq!(ours, theirs);
 }
 
@@ -378,7 +387,6 @@ fn rich() -> ProfilesData {
             kv("d-big", Av::DoubleValue(6.02214076e23)),
             kv("d-zero", Av::DoubleValue(0.0)),
             kv("bytes", Av::BytesValue(vec![0xfb, 0xff, 0x00, 0x10])),
-            kv("ref", Av::StringValueStrindex(2)),
             kv(
                 "arr",
                 Av::ArrayValue(ArrayValue {
@@ -394,14 +402,9 @@ fn rich() -> ProfilesData {
                 }),
             ),
             KeyValue {
-                key: String::new(),
+                key: s("unset"),
                 value: None,
-                key_strindex: 1,
-            },
-            KeyValue {
-                key: s("both"),
-                value: Some(AnyValue::default()),
-                key_strindex: 3,
+                key_strindex: 0,
             },
         ],
     });
@@ -428,7 +431,7 @@ fn rich() -> ProfilesData {
         dropped_attributes_count: u32::MAX,
         original_payload_format: s("pprof"),
         original_payload: (0..=255).collect(),
-        attribute_indices: vec![i32::MAX, i32::MIN, -1],
+        attribute_indices: vec![3, 4],
     };
     let zero_types = Profile {
         sample_type: Some(ValueType::default()),
@@ -495,6 +498,12 @@ fn rich() -> ProfilesData {
                     }],
                     attribute_indices: vec![7],
                 },
+                Location {
+                    mapping_index: 0,
+                    address: 0x10,
+                    lines: Vec::new(),
+                    attribute_indices: Vec::new(),
+                },
             ],
             function_table: vec![
                 Function::default(),
@@ -506,16 +515,13 @@ fn rich() -> ProfilesData {
                 },
             ],
             link_table: vec![
-                Link {
-                    trace_id: vec![0; 16],
-                    span_id: vec![0; 8],
-                },
+                Link::default(),
                 Link {
                     trace_id: (0xf0..=0xff).collect(),
                     span_id: (1..=8).collect(),
                 },
             ],
-            string_table: vec![s(""), s("a"), s("b\"c"), s("ü")],
+            string_table: vec![s(""), s("a"), s("b\"c"), s("ü"), s("/lib/x.so")],
             attribute_table: vec![
                 KeyValueAndUnit::default(),
                 KeyValueAndUnit {
@@ -524,8 +530,33 @@ fn rich() -> ProfilesData {
                     unit_strindex: 2,
                 },
                 KeyValueAndUnit {
-                    key_strindex: 1,
+                    key_strindex: 2,
                     value: Some(AnyValue::default()),
+                    unit_strindex: 0,
+                },
+                KeyValueAndUnit {
+                    key_strindex: 3,
+                    value: any(Av::StringValueStrindex(4)),
+                    unit_strindex: 0,
+                },
+                KeyValueAndUnit {
+                    key_strindex: 4,
+                    value: any(Av::IntValue(i64::MIN)),
+                    unit_strindex: 0,
+                },
+                KeyValueAndUnit {
+                    key_strindex: 1,
+                    value: any(Av::BoolValue(false)),
+                    unit_strindex: 0,
+                },
+                KeyValueAndUnit {
+                    key_strindex: 2,
+                    value: any(Av::DoubleValue(-0.5)),
+                    unit_strindex: 4,
+                },
+                KeyValueAndUnit {
+                    key_strindex: 3,
+                    value: None,
                     unit_strindex: 0,
                 },
             ],
@@ -556,11 +587,11 @@ fn encoded_text_follows_otlp_json_conventions() {
         r#""durationNano":"18446744073709551615""#,
         r#""period":"-10""#,
         r#""profileId":"0102030405060708090a0b0c0d0e0f10""#,
-        r#""traceId":"00000000000000000000000000000000","spanId":"0000000000000000""#,
-        r#""traceId":"f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff","spanId":"0102030405060708""#,
+        // The zero link is written empty, as its protobuf encoding is.
+        r#""linkTable":[{},{"traceId":"f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff","spanId":"0102030405060708"}]"#,
         r#""values":["-9223372036854775808","-1","0","9223372036854775807"]"#,
         r#""timestampsUnixNano":["0","1","18446744073709551615","1700000000000000001"]"#,
-        r#""attributeIndices":[2147483647,-2147483648,-1]"#,
+        r#""attributeIndices":[3,4]"#,
         r#""droppedAttributesCount":4294967295"#,
         r#""memoryLimit":"18446744073709551615""#,
         r#""address":"18446744073709551600""#,
@@ -570,16 +601,16 @@ fn encoded_text_follows_otlp_json_conventions() {
         r#"{"key":"empty-string","value":{"stringValue":""}}"#,
         r#"{"key":"d-zero","value":{"doubleValue":0.0}}"#,
         r#"{"key":"bytes","value":{"bytesValue":"+/8AEA=="}}"#,
-        r#"{"key":"ref","value":{"stringValueStrindex":2}}"#,
+        r#"{"keyStrindex":3,"value":{"stringValueStrindex":4}}"#,
+        r#"{"keyStrindex":4,"value":{"intValue":"-9223372036854775808"}}"#,
         r#"{"arrayValue":{"values":[{},{"arrayValue":{}},{"kvlistValue":{}}]}}"#,
-        r#"{"keyStrindex":1}"#,
-        r#"{"key":"both","value":{},"keyStrindex":3}"#,
+        r#"{"key":"unset"}"#,
         r#""sampleType":{"typeStrindex":1,"unitStrindex":2}"#,
         // Zero value types are still written.
         r#"{"sampleType":{},"periodType":{}}"#,
         r#""originalPayload":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+P0BBQkNERUZHSElKS0xNTk9QUVJTVFVWV1hZWltcXV5fYGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6e3x9fn+AgYKDhIWGh4iJiouMjY6PkJGSk5SVlpeYmZqbnJ2en6ChoqOkpaanqKmqq6ytrq+wsbKztLW2t7i5uru8vb6/wMHCw8TFxsfIycrLzM3Oz9DR0tPU1dbX2Nna29zd3t/g4eLj5OXm5+jp6uvs7e7v8PHy8/T19vf4+fr7/P3+/w==""#,
-        r#""stringTable":["","a","b\"c","ü"]"#,
-        r#""attributeTable":[{},{"keyStrindex":1,"value":{"intValue":"-3"},"unitStrindex":2},{"keyStrindex":1,"value":{}}]"#,
+        r#""stringTable":["","a","b\"c","ü","/lib/x.so"]"#,
+        r#""attributeTable":[{},{"keyStrindex":1,"value":{"intValue":"-3"},"unitStrindex":2},{"keyStrindex":2,"value":{}},"#,
         r#""stackTable":[{},{"locationIndices":[1,1,2]}]"#,
         r#""mappingTable":[{},"#,
         r#"{"scope":{}}],"schemaUrl":"resource-schema""#,
@@ -627,15 +658,25 @@ fn exact_output_of_a_small_request() {
         }],
         schema_url: String::new(),
     };
-    let mut out = Vec::new();
-    write_profiles_json(&ProfilesDictionary::default(), &[rp], &mut out);
+    // Every index names an entry: the model holds only valid data.
+    let dictionary = ProfilesDictionary {
+        string_table: vec![s(""), s("samples"), s("count")],
+        stack_table: vec![Stack::default(), Stack::default()],
+        ..Default::default()
+    };
+    let out = encode(&ProfilesData {
+        dictionary: Some(dictionary),
+        resource_profiles: vec![rp],
+    });
     assert_eq!(
-        String::from_utf8_lossy(&out),
+        out,
         concat!(
             r#"{"resourceProfiles":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"svc"}}]},"#,
             r#""scopeProfiles":[{"profiles":[{"sampleType":{"typeStrindex":1,"unitStrindex":2},"#,
             r#""samples":[{"stackIndex":1,"values":["-5"],"timestampsUnixNano":["7"]}],"#,
-            r#""timeUnixNano":"1","periodType":{}}]}]}],"dictionary":{}}"#
+            r#""timeUnixNano":"1","periodType":{}}]}]}],"dictionary":{"mappingTable":[{}],"#,
+            r#""locationTable":[{}],"functionTable":[{}],"linkTable":[{}],"#,
+            r#""stringTable":["","samples","count"],"attributeTable":[{}],"stackTable":[{},{}]}}"#
         )
     );
 }
@@ -649,12 +690,17 @@ fn unset_sample_and_period_type_are_written_as_empty_objects() {
         }],
         ..Default::default()
     };
-    let mut out = Vec::new();
-    write_profiles_json(&ProfilesDictionary::default(), &[rp], &mut out);
-    let text = String::from_utf8_lossy(&out).into_owned();
+    let text = encode(&ProfilesData {
+        dictionary: None,
+        resource_profiles: vec![rp],
+    });
     assert_eq!(
         text,
-        r#"{"resourceProfiles":[{"scopeProfiles":[{"profiles":[{"sampleType":{},"periodType":{}}]}]}],"dictionary":{}}"#
+        concat!(
+            r#"{"resourceProfiles":[{"scopeProfiles":[{"profiles":[{"sampleType":{},"periodType":{}}]}]}],"#,
+            r#""dictionary":{"mappingTable":[{}],"locationTable":[{}],"functionTable":[{}],"#,
+            r#""linkTable":[{}],"stringTable":[""],"attributeTable":[{}],"stackTable":[{}]}}"#
+        )
     );
     // They read back as present-but-zero.
     let p = &decode(&text).resource_profiles[0].scope_profiles[0].profiles[0];
@@ -673,13 +719,15 @@ fn dictionary_zero_entries_are_written_whole() {
         attribute_table: vec![KeyValueAndUnit::default()],
         stack_table: vec![Stack::default()],
     };
-    let mut out = Vec::new();
-    write_profiles_json(&dict, &[], &mut out);
+    let out = encode(&ProfilesData {
+        dictionary: Some(dict.clone()),
+        resource_profiles: Vec::new(),
+    });
     assert_eq!(
-        String::from_utf8_lossy(&out),
+        out,
         r#"{"dictionary":{"mappingTable":[{}],"locationTable":[{}],"functionTable":[{}],"linkTable":[{}],"stringTable":[""],"attributeTable":[{}],"stackTable":[{}]}}"#
     );
-    let back = decode(&String::from_utf8_lossy(&out));
+    let back = decode(&out);
     assert_eq!(back.dictionary, Some(dict));
     assert!(back.resource_profiles.is_empty());
 }
@@ -1235,7 +1283,7 @@ fn snake_case_field_names_are_accepted() {
     let camel: Value = serde_json::from_str(&encode(&rich())).unwrap_or_else(|e| panic!("{e}"));
     let snake = to_snake(camel).to_string();
     assert!(snake.contains(r#""time_unix_nano":"1700000000000000000""#));
-    assert!(snake.contains(r#""string_value_strindex":2"#));
+    assert!(snake.contains(r#""string_value_strindex":4"#));
     assert!(!snake.contains("timeUnixNano"));
     assert_eq!(decode(&snake), rich());
 
@@ -1417,7 +1465,8 @@ fn depth_bomb_is_an_error_not_a_crash() {
         resource_profiles: vec![rp],
         dictionary: Some(ProfilesDictionary::default()),
     };
-    assert_eq!(decode(&encode(&data)), data);
+    let model = |d: ProfilesData| crate::ProfileBatch::new(d).expect("valid");
+    assert_eq!(model(decode(&encode(&data))), model(data));
 }
 
 #[test]
@@ -1554,6 +1603,6 @@ fn export_response_round_trips() {
 #[test]
 fn output_is_appended_to_the_buffer() {
     let mut out = b"prefix:".to_vec();
-    write_profiles_json(&ProfilesDictionary::default(), &[], &mut out);
-    assert_eq!(out, br#"prefix:{"dictionary":{}}"#);
+    write_profiles_json(&crate::Dictionary::zero(), &[], &mut out);
+    assert!(out.starts_with(br#"prefix:{"dictionary":{"#), "{out:?}");
 }

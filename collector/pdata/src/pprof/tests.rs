@@ -1,10 +1,58 @@
 //! Round trips judged by meaning: a pprof is reduced to text that names every sample's
 //! resolved stack, values and labels, and the profile-level fields, but not table ids.
 
-use super::*;
-use crate::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, decode_pprof};
+use std::io::Read as _;
+
+use super::{PprofError, ToOtlpOptions, ToPprofOptions};
+use crate::ProfileBatch;
+use crate::attributes::semconv;
+use crate::testing::{WireDictionaryBuilder as DictionaryBuilder, batch_from_wire};
+use profcol_proto::otlp::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value::Value};
+use profcol_proto::otlp::profiles::v1development::{
+    Function, Line, Location, Profile, ResourceProfiles, Sample, ScopeProfiles, ValueType,
+};
+use profcol_proto::pprof as pp;
 use proptest::prelude::*;
 use prost::Message;
+
+const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
+
+/// A pprof file (gzipped or not) as generated types.
+fn decode_pprof(bytes: &[u8], max: usize) -> Result<pp::Profile, String> {
+    let mut plain = Vec::new();
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        flate2::read::MultiGzDecoder::new(bytes)
+            .take(max as u64)
+            .read_to_end(&mut plain)
+            .map_err(|e| e.to_string())?;
+    } else {
+        plain = bytes.to_vec();
+    }
+    pp::Profile::decode(plain.as_slice()).map_err(|e| e.to_string())
+}
+
+/// The translation of a pprof given as generated types (it reads the pprof's bytes).
+fn pprof_to_batch(p: &pp::Profile, options: ToOtlpOptions) -> Result<ProfileBatch, PprofError> {
+    super::pprof_to_batch(&p.encode_to_vec(), options)
+}
+
+/// A pprof made from OTLP, read back as generated types.
+#[derive(Debug)]
+struct Output {
+    profile: pp::Profile,
+}
+
+fn batch_to_pprof(
+    batch: &ProfileBatch,
+    options: &ToPprofOptions,
+) -> Result<Vec<Output>, PprofError> {
+    Ok(super::batch_to_pprof(batch, options)?
+        .into_iter()
+        .map(|o| Output {
+            profile: pp::Profile::decode(o.profile.as_slice()).expect("our pprof decodes"),
+        })
+        .collect())
+}
 
 /// The meaning of a pprof as text. Stacks are resolved through ids; labels are sorted.
 pub(crate) fn meaning(p: &pp::Profile) -> String {
@@ -164,7 +212,9 @@ fn default_sample_type_goes_first_and_comes_back() {
     let allocs = fixture("go-allocs.pb.gz");
     let text = |p: &pp::Profile, i: i64| p.string_table[i as usize].clone();
     assert_eq!(text(&allocs, allocs.default_sample_type), "alloc_space");
-    let batch = pprof_to_batch(&allocs, ToOtlpOptions::default()).expect("translates");
+    let batch = pprof_to_batch(&allocs, ToOtlpOptions::default())
+        .expect("translates")
+        .to_wire();
     let d = batch.dictionary();
     let first = batch
         .profiles()
@@ -185,7 +235,9 @@ fn default_sample_type_goes_first_and_comes_back() {
 
     // Without an explicit default, the last type is the default and is shown first.
     let heap = fixture("go-heap.pb.gz");
-    let batch = pprof_to_batch(&heap, ToOtlpOptions::default()).expect("translates");
+    let batch = pprof_to_batch(&heap, ToOtlpOptions::default())
+        .expect("translates")
+        .to_wire();
     let first = batch
         .profiles()
         .next()
@@ -430,7 +482,9 @@ fn every_pprof_field_survives() {
 
 #[test]
 fn pprof_fields_land_on_their_semantic_convention_attributes() {
-    let batch = pprof_to_batch(&everything(), ToOtlpOptions::default()).expect("translates");
+    let batch = pprof_to_batch(&everything(), ToOtlpOptions::default())
+        .expect("translates")
+        .to_wire();
     let d = batch.dictionary();
     let key_of =
         |i: i32| d.string_table[d.attribute_table[i as usize].key_strindex as usize].as_str();
@@ -545,7 +599,7 @@ fn sparse_ids_work() {
 
 #[test]
 fn otlp_with_several_resources_splits_and_labels() {
-    use crate::pdata::types::Resource;
+    use profcol_proto::otlp::resource::v1::Resource;
     let cpu = fixture("go-cpu.pb.gz");
     let kv = |k: &str, v: &str| KeyValue {
         key: k.into(),
@@ -570,7 +624,7 @@ fn otlp_with_several_resources_splits_and_labels() {
         },
     )
     .expect("b");
-    let merged = crate::pdata::merge([&a, &b]);
+    let merged = crate::merge([&a, &b]);
     assert_eq!(merged.resource_profiles().len(), 2);
     let out = batch_to_pprof(&merged, &ToPprofOptions::default()).expect("translates");
     assert_eq!(out.len(), 2);
@@ -637,7 +691,7 @@ fn timestamp_samples_become_counts_and_unaligned_profiles_join_by_identity() {
         ],
         ..Default::default()
     };
-    let batch = ProfileBatch::from_valid(
+    let batch = batch_from_wire(
         b.finish(),
         vec![ResourceProfiles {
             scope_profiles: vec![ScopeProfiles {
@@ -826,7 +880,7 @@ proptest! {
         };
         let batch = pprof_to_batch(&p, options).expect("translates");
         prop_assert_eq!(&ProfileBatch::decode(&batch.encode_to_vec()).expect("protobuf"), &batch);
-        let json = crate::pdata::otlp_json::read_profiles_json(&batch.to_json()).expect("json");
+        let json = crate::otlp_json::read_profiles_json(&batch.to_json()).expect("json");
         prop_assert_eq!(&ProfileBatch::new(json).expect("valid"), &batch);
     }
 }
@@ -835,7 +889,7 @@ proptest! {
 /// bytes, never by what a count in it claims.
 mod hostile {
     use super::*;
-    use crate::pdata::limits::{MAX_LABELS_PER_SAMPLE, MAX_STACK_DEPTH};
+    use crate::limits::{MAX_LABELS_PER_SAMPLE, MAX_STACK_DEPTH};
 
     fn strings(extra: &[&str]) -> Vec<String> {
         std::iter::once("")
@@ -941,7 +995,8 @@ mod hostile {
         // 5000 copies of 4 MiB would be 20 GiB of memcpy and hashing; once is instant.
         assert!(started.elapsed() < std::time::Duration::from_secs(20));
         let long_values = batch
-            .dictionary()
+            .to_wire()
+            .dictionary
             .attribute_table
             .iter()
             .filter(|kv| {
@@ -1002,7 +1057,7 @@ mod hostile {
                 .collect(),
             ..Default::default()
         };
-        let batch = ProfileBatch::from_valid(
+        let batch = batch_from_wire(
             b.finish(),
             vec![ResourceProfiles {
                 scope_profiles: vec![ScopeProfiles {
@@ -1023,21 +1078,24 @@ mod hostile {
     /// scanning the groups made so far.
     #[test]
     fn many_profiles_of_one_type_group_in_linear_time() {
-        let mut b = DictionaryBuilder::new();
+        // Built in memory: on the wire, 20,000 one-sample profiles would be refused by the
+        // decoder's 4x bound (each profile's struct outweighs its few bytes).
+        let mut b = crate::DictionaryBuilder::new();
         let stack = b.stack(&[]);
-        let profiles: Vec<Profile> = (0..20_000)
-            .map(|_| Profile {
-                samples: vec![Sample {
+        let profiles: Vec<crate::Profile> = (0..20_000)
+            .map(|_| {
+                let mut p = crate::Profile::default();
+                p.samples.push(&crate::Sample {
                     stack_index: stack,
-                    values: vec![1],
+                    values: &[1],
                     ..Default::default()
-                }],
-                ..Default::default()
+                });
+                p
             })
             .collect();
-        let d = b.finish();
+        let d = b.finish().expect("fits");
         let started = std::time::Instant::now();
-        let groups = group_profiles(&d, &profiles);
+        let groups = crate::pprof::pprof_groups(&d, &profiles);
         assert_eq!(groups.len(), 20_000);
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }

@@ -227,6 +227,12 @@ fn bench(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("merge", "100 x 10k samples"), |b| {
         b.iter(|| merge(parts.iter()))
     });
+    // As from 100 requests: each part with a dictionary of its own.
+    let own: Vec<ProfileBatch> = parts.iter().map(compact).collect();
+    g.bench_function(
+        BenchmarkId::new("merge", "100 x 10k samples, own dictionaries"),
+        |b| b.iter(|| merge(own.iter())),
+    );
     g.finish();
 }
 
@@ -254,6 +260,20 @@ fn split(batch: &ProfileBatch, n: usize) -> Vec<ProfileBatch> {
         out.push(ProfileBatch::from_parts(batch.dictionary().clone(), this));
     }
     out
+}
+
+/// `batch` with a dictionary of only what it uses.
+fn compact(batch: &ProfileBatch) -> ProfileBatch {
+    let mut subset = profcol_pdata::Subset::new(batch.dictionary());
+    let mut rps = batch.resource_profiles().to_vec();
+    for rp in &mut rps {
+        for sp in &mut rp.scope_profiles {
+            for p in &mut sp.profiles {
+                *p = subset.profile(p, p.samples.iter(), true);
+            }
+        }
+    }
+    ProfileBatch::from_parts(subset.finish().expect("fits"), rps)
 }
 
 criterion_group!(benches, bench);

@@ -1,20 +1,21 @@
-//! Merging batches into one by re-interning every dictionary entry into one builder, in
-//! dependency order: strings → functions, attributes → mappings → locations → stacks →
-//! links → profiles and samples. Equal resources, and equal scopes within them, are
-//! joined. Samples are rewritten with their new indices; values and timestamps are copied
-//! as the bytes they are.
+//! Merging batches into one: the entries each batch's samples and profiles refer to are
+//! copied into one builder on first use (so a batch that shares a large dictionary costs
+//! what it uses, and consecutive batches over one dictionary share the lookups). Equal
+//! resources, and equal scopes within them, are joined. Samples are rewritten with their
+//! new indices; values and timestamps are copied as the bytes they are.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::{Arc, Weak};
 
 use profcol_proto::otlp::common::v1::{AnyValue, KeyValue, any_value::Value};
 use prost::Message;
 
 use crate::batch::{ClientInfo, ProfileBatch};
 use crate::dictionary::{Dictionary, DictionaryBuilder};
-use crate::profile::{Profile, ResourceProfiles, ScopeProfiles, ValueType};
-use crate::rows::{AnyValueRef, Function, SampleRef};
-use crate::samples::Samples;
+use crate::profile::{ResourceProfiles, ScopeProfiles};
+use crate::rows::AnyValueRef;
+use crate::subset::Landing;
 use crate::wire;
 
 /// Accumulates batches; [`Merger::finish`] yields one self-contained batch.
@@ -30,9 +31,13 @@ pub struct Merger {
     /// must not make merging quadratic.
     resources: HashMap<Vec<u8>, usize>,
     scopes: Vec<HashMap<Vec<u8>, usize>>,
-    /// Reused between batches: where each entry of the batch being added landed.
-    remap: Remap,
-    scratch: Vec<i32>,
+    /// Where the entries of the last batch's dictionary landed, kept while the next
+    /// batch has the same dictionary.
+    landing: Landing,
+    source: Option<Weak<Dictionary>>,
+    /// The dictionary the builder started from ([`Merger::starting_with`]): batches over
+    /// it keep their indices.
+    base: Option<Weak<Dictionary>>,
 }
 
 /// The identity of a resource or scope: its protobuf encoding, then its schema url.
@@ -41,28 +46,6 @@ fn identity(message: Option<&impl Message>, schema_url: &str) -> Vec<u8> {
     key.push(0xff);
     key.extend_from_slice(schema_url.as_bytes());
     key
-}
-
-/// Where each entry of one input dictionary landed in the merged one.
-#[derive(Debug, Default)]
-struct Remap {
-    strings: Vec<i32>,
-    functions: Vec<i32>,
-    attributes: Vec<i32>,
-    mappings: Vec<i32>,
-    locations: Vec<i32>,
-    stacks: Vec<i32>,
-    links: Vec<i32>,
-}
-
-#[inline]
-fn at(map: &[i32], index: i32) -> i32 {
-    // Inputs are checked batches, so every index is in range; 0 stays 0 either way.
-    usize::try_from(index)
-        .ok()
-        .and_then(|i| map.get(i))
-        .copied()
-        .unwrap_or(0)
 }
 
 impl Merger {
@@ -74,6 +57,7 @@ impl Merger {
     pub fn starting_with(batch: &ProfileBatch) -> Self {
         let mut m = Merger {
             builder: DictionaryBuilder::from_dictionary(batch.dictionary().clone()),
+            base: Some(Arc::downgrade(batch.dictionary_arc())),
             ..Merger::default()
         };
         m.add(batch);
@@ -95,7 +79,16 @@ impl Merger {
             None => Some(theirs),
             Some(ours) => Some(ours.filter(|c| Some(c) == theirs.as_ref())),
         };
-        self.intern_dictionary(batch.dictionary());
+        let d = batch.dictionary_arc();
+        let same = |w: &Option<Weak<Dictionary>>| {
+            w.as_ref()
+                .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(d)))
+        };
+        let keep_indices = same(&self.base);
+        if !keep_indices && !same(&self.source) {
+            self.landing.reset();
+            self.source = Some(Arc::downgrade(d));
+        }
         for rp in batch.resource_profiles() {
             let scopes: Vec<ScopeProfiles> = rp
                 .scope_profiles
@@ -103,7 +96,23 @@ impl Merger {
                 .map(|sp| ScopeProfiles {
                     scope: sp.scope.clone(),
                     schema_url: sp.schema_url.clone(),
-                    profiles: sp.profiles.iter().map(|p| self.remap_profile(p)).collect(),
+                    profiles: sp
+                        .profiles
+                        .iter()
+                        .map(|p| {
+                            if keep_indices {
+                                p.clone()
+                            } else {
+                                self.landing.profile(
+                                    d,
+                                    &mut self.builder,
+                                    p,
+                                    p.samples.iter(),
+                                    true,
+                                )
+                            }
+                        })
+                        .collect(),
                 })
                 .collect();
             self.samples += scopes
@@ -145,97 +154,6 @@ impl Merger {
         }
     }
 
-    fn intern_dictionary(&mut self, d: &Dictionary) {
-        let b = &mut self.builder;
-        let r = &mut self.remap;
-        r.strings.clear();
-        r.strings.extend(d.strings().iter().map(|s| b.string(s)));
-        r.functions.clear();
-        for f in d.functions() {
-            let f = Function {
-                name_strindex: at(&r.strings, f.name_strindex),
-                system_name_strindex: at(&r.strings, f.system_name_strindex),
-                filename_strindex: at(&r.strings, f.filename_strindex),
-                start_line: f.start_line,
-            };
-            r.functions.push(b.function(f));
-        }
-        r.attributes.clear();
-        for a in d.attributes() {
-            let value = a.value_bytes.map(|v| value_without_references(v, d));
-            let index = b.attribute_encoded(
-                at(&r.strings, a.key_strindex),
-                value.as_deref(),
-                at(&r.strings, a.unit_strindex),
-            );
-            r.attributes.push(index);
-        }
-        r.mappings.clear();
-        for m in d.mappings() {
-            self.scratch.clear();
-            self.scratch
-                .extend(m.attribute_indices.iter().map(|i| at(&r.attributes, i)));
-            r.mappings.push(b.mapping(&crate::rows::Mapping {
-                memory_start: m.memory_start,
-                memory_limit: m.memory_limit,
-                file_offset: m.file_offset,
-                filename_strindex: at(&r.strings, m.filename_strindex),
-                attribute_indices: &self.scratch,
-            }));
-        }
-        r.locations.clear();
-        for l in d.locations() {
-            let index = b.location_remapped(
-                &l,
-                at(&r.mappings, l.mapping_index),
-                |f| at(&r.functions, f),
-                |a| at(&r.attributes, a),
-            );
-            r.locations.push(index);
-        }
-        r.stacks.clear();
-        for s in d.stacks() {
-            self.scratch.clear();
-            self.scratch
-                .extend(s.location_indices.iter().map(|i| at(&r.locations, i)));
-            r.stacks.push(b.stack(&self.scratch));
-        }
-        r.links.clear();
-        r.links.extend(d.links().map(|l| b.link(l)));
-    }
-
-    fn remap_value_type(&self, vt: ValueType) -> ValueType {
-        ValueType {
-            type_strindex: at(&self.remap.strings, vt.type_strindex),
-            unit_strindex: at(&self.remap.strings, vt.unit_strindex),
-        }
-    }
-
-    fn remap_profile(&mut self, p: &Profile) -> Profile {
-        let r = &self.remap;
-        let mut samples = Samples::with_capacity(p.samples.wire_bytes().len() + 16);
-        for s in p.samples.iter() {
-            remap_sample(&mut samples, s, r);
-        }
-        Profile {
-            sample_type: self.remap_value_type(p.sample_type),
-            period_type: self.remap_value_type(p.period_type),
-            attribute_indices: p
-                .attribute_indices
-                .iter()
-                .map(|&i| at(&self.remap.attributes, i))
-                .collect(),
-            samples,
-            time_unix_nano: p.time_unix_nano,
-            duration_nano: p.duration_nano,
-            period: p.period,
-            profile_id: p.profile_id.clone(),
-            dropped_attributes_count: p.dropped_attributes_count,
-            original_payload_format: p.original_payload_format.clone(),
-            original_payload: p.original_payload.clone(),
-        }
-    }
-
     /// The merged batch. It names a client only if every input came from that one client.
     /// (A merged dictionary that outgrew 4 GiB, which no accepted input comes near, keeps
     /// what fitted: its overflowing entries read as zero values.)
@@ -262,17 +180,6 @@ impl DictionaryBuilder {
         let value = a.value_bytes.map(|v| value_without_references(v, source));
         self.attribute_encoded(key, value.as_deref(), unit)
     }
-}
-
-/// One sample with its indices mapped; values and timestamps copied as bytes.
-fn remap_sample(out: &mut Samples, s: SampleRef<'_>, r: &Remap) {
-    out.push_remapped(
-        at(&r.stacks, s.stack_index),
-        s.attribute_indices.iter().map(|i| at(&r.attributes, i)),
-        at(&r.links, s.link_index),
-        s.values,
-        s.timestamps_unix_nano,
-    );
 }
 
 /// An attribute value as bytes with no string references left (they index the input's
@@ -353,7 +260,9 @@ pub fn merge<'a>(batches: impl IntoIterator<Item = &'a ProfileBatch>) -> Profile
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rows::{Line, Location, Sample};
+    use crate::profile::{Profile, ValueType};
+    use crate::rows::{Function, Line, Location, Sample};
+    use crate::samples::Samples;
     use profcol_proto::otlp::resource::v1::Resource;
 
     fn batch(service: &str, function: &str, value: i64) -> ProfileBatch {

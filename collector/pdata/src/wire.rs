@@ -452,30 +452,67 @@ impl<'a> TrustedReader<'a> {
     }
 
     /// The next field: its number, wire type, and for varint fields the value, for
-    /// length-delimited ones the bytes, for fixed64 the value.
+    /// length-delimited ones the bytes, for fixed64 the value. The model's bytes were
+    /// checked when they came in, so this reads them without reporting errors (bytes
+    /// that do not parse end the message, and debug builds say so).
     #[inline]
     pub(crate) fn next_field(&mut self) -> Option<(u32, Field<'a>)> {
-        if self.inner.is_empty() {
-            return None;
-        }
-        let parsed = (|| {
-            let (field, wire) = self.inner.key()?;
-            let value = match wire {
-                VARINT => Field::Varint(self.inner.varint()?),
-                FIXED64 => Field::Fixed64(self.inner.fixed64()?),
-                LEN => Field::Bytes(self.inner.bytes()?),
-                other => return Err(WireError::WireType(other)),
-            };
-            Ok((field, value))
-        })();
-        match parsed {
-            Ok(f) => Some(f),
-            Err(_) => {
-                debug_assert!(false, "malformed model bytes");
-                None
+        let buf = self.inner.buf;
+        let mut pos = self.inner.pos;
+        let key = trusted_varint(buf, &mut pos)?;
+        let value = match (key & 7) as u8 {
+            VARINT => Field::Varint(trusted_varint(buf, &mut pos)?),
+            LEN => {
+                let n = usize::try_from(trusted_varint(buf, &mut pos)?).ok()?;
+                let end = pos.checked_add(n).filter(|&e| e <= buf.len());
+                let Some(end) = end else {
+                    debug_assert!(false, "malformed model bytes");
+                    return None;
+                };
+                let b = &buf[pos..end];
+                pos = end;
+                Field::Bytes(b)
             }
+            FIXED64 => {
+                let Some(b) = buf.get(pos..pos + 8) else {
+                    debug_assert!(false, "malformed model bytes");
+                    return None;
+                };
+                pos += 8;
+                let mut a = [0u8; 8];
+                a.copy_from_slice(b);
+                Field::Fixed64(u64::from_le_bytes(a))
+            }
+            _ => {
+                debug_assert!(false, "malformed model bytes");
+                return None;
+            }
+        };
+        self.inner.pos = pos;
+        Some(((key >> 3) as u32, value))
+    }
+}
+
+/// A varint of the model's own bytes at `*pos`; None at the end (or, never expected, on
+/// a varint that runs past it).
+#[inline(always)]
+fn trusted_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    let &b = buf.get(*pos)?;
+    *pos += 1;
+    if b < 0x80 {
+        return Some(u64::from(b));
+    }
+    let mut v = u64::from(b & 0x7f);
+    for shift in (7..64).step_by(7) {
+        let &b = buf.get(*pos)?;
+        *pos += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return Some(v);
         }
     }
+    debug_assert!(false, "malformed model bytes");
+    None
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -66,11 +66,14 @@ pub fn pprof_output_limit(batch_bytes: usize) -> usize {
 /// label per attribute value and per resource attribute.
 fn pprof_sample_bytes(
     d: &Dictionary,
+    depths: &[u32],
     s: &SampleRef<'_>,
     resource_labels: usize,
     array_attributes: bool,
 ) -> usize {
-    let depth = d.stack(s.stack_index).location_indices.len();
+    let depth = depths
+        .get(usize::try_from(s.stack_index).unwrap_or(0))
+        .map_or(0, |&n| n as usize);
     let attribute_labels = if array_attributes {
         label_count(d, s.attribute_indices.iter())
     } else {
@@ -106,6 +109,12 @@ pub fn batch_to_pprof(
     let array_attributes = d
         .attributes()
         .any(|a| matches!(a.value, Some(AnyValueRef::Array(_))));
+    // Each stack's depth, read once rather than once per sample.
+    let depths: Vec<u32> = d
+        .stacks()
+        .map(|s| u32::try_from(s.location_indices.len()).unwrap_or(u32::MAX))
+        .collect();
+    let depths = &depths;
     let estimate = batch
         .resource_profiles()
         .iter()
@@ -115,7 +124,7 @@ pub fn batch_to_pprof(
                 .iter()
                 .flat_map(|sp| &sp.profiles)
                 .flat_map(|p| p.samples.iter())
-                .map(move |s| pprof_sample_bytes(d, &s, extra, array_attributes))
+                .map(move |s| pprof_sample_bytes(d, depths, &s, extra, array_attributes))
         })
         .fold(0usize, usize::saturating_add);
     let limit = pprof_output_limit(batch.encoded_len());

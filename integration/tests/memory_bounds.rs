@@ -25,6 +25,39 @@ use prost::Message;
 const OTLP_BOUND: u64 = 4 + 2;
 /// What the pprof receivers reserve per decompressed byte (`PPROF_DECODE_AMPLIFICATION`).
 const PPROF_BOUND: u64 = 24;
+/// What the OTLP receiver reserves per byte of OTLP/JSON (`JSON_DECODE_AMPLIFICATION`),
+/// and the input and output.
+const JSON_BOUND: u64 = 80 + 2;
+
+/// OTLP/JSON whose elements are as small as they can be.
+fn json_shapes() -> Vec<(&'static str, Vec<u8>)> {
+    let list = |head: &str, element: &str, tail: &str| {
+        let n = TARGET_BYTES / (element.len() + 1);
+        let mut out = head.as_bytes().to_vec();
+        for i in 0..n {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(element.as_bytes());
+        }
+        out.extend_from_slice(tail.as_bytes());
+        out
+    };
+    vec![
+        (
+            "otlp-json: one-value samples",
+            list(
+                r#"{"resourceProfiles":[{"scopeProfiles":[{"profiles":[{"samples":["#,
+                r#"{"values":[1]}"#,
+                "]}]}]}]}",
+            ),
+        ),
+        (
+            "otlp-json: empty strings",
+            list(r#"{"dictionary":{"stringTable":["#, r#""""#, "]}}"),
+        ),
+    ]
+}
 
 /// Decompressed size each shape is made to, large enough to dwarf the binary's own RSS.
 const TARGET_BYTES: usize = 8 << 20;
@@ -243,7 +276,8 @@ fn decoding_any_shape_stays_within_what_receivers_reserve() {
     let shapes = pprof_shapes()
         .into_iter()
         .map(|s| (s, PPROF_BOUND))
-        .chain(otlp_shapes().into_iter().map(|s| (s, OTLP_BOUND)));
+        .chain(otlp_shapes().into_iter().map(|s| (s, OTLP_BOUND)))
+        .chain(json_shapes().into_iter().map(|s| (s, JSON_BOUND)));
     for ((name, bytes), bound) in shapes {
         let input = dir.join("input.bin");
         std::fs::write(&input, &bytes).expect("write shape");

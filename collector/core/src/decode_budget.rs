@@ -72,8 +72,8 @@ impl DecodeBudget {
 
     /// The memory `input_bytes` of input may take once decoded, in KiB, never more than
     /// the whole budget, so that one request of any accepted size can always run alone.
-    fn kib_for(&self, input_bytes: usize) -> u32 {
-        let kib = input_bytes.saturating_mul(self.amplification).div_ceil(KIB);
+    fn kib_for(&self, input_bytes: usize, amplification: usize) -> u32 {
+        let kib = input_bytes.saturating_mul(amplification).div_ceil(KIB);
         u32::try_from(kib).unwrap_or(u32::MAX).min(self.total_kib)
     }
 }
@@ -90,7 +90,13 @@ impl DecodePermit {
     /// Grows the reservation to cover `input_bytes` of input in all (the compressed body
     /// first, then what it decompressed to), or refuses without waiting.
     pub fn cover(&mut self, input_bytes: usize) -> Result<(), Refused> {
-        let want = self.budget.kib_for(input_bytes);
+        self.cover_with(input_bytes, self.budget.amplification)
+    }
+
+    /// As [`DecodePermit::cover`], for input that grows by `amplification` bytes per
+    /// byte (OTLP/JSON, read through a document tree).
+    pub fn cover_with(&mut self, input_bytes: usize, amplification: usize) -> Result<(), Refused> {
+        let want = self.budget.kib_for(input_bytes, amplification);
         if want <= self.kib {
             return Ok(());
         }

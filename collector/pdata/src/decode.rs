@@ -120,6 +120,21 @@ struct TableSizes {
 }
 
 impl Decoder {
+    /// Checks that `bytes` allocated for a moment (and freed before anything else is
+    /// charged) fit beside what is held.
+    fn transient(&self, bytes: usize, field: impl FnOnce() -> String) -> Result<()> {
+        if bytes <= self.budget {
+            return Ok(());
+        }
+        Err(ValidationError::Invalid {
+            field: field(),
+            problem: format!(
+                "decoding would take more than {DECODE_AMPLIFICATION} times the input's {} bytes in memory; the input is made of empty or repeated messages",
+                self.input
+            ),
+        })
+    }
+
     fn charge(&mut self, bytes: usize, field: impl FnOnce() -> String) -> Result<()> {
         match self.budget.checked_sub(bytes) {
             Some(left) => {
@@ -204,6 +219,11 @@ impl Decoder {
             let index = self.table_len(table);
             let here = || format!("dictionary.{name}[{index}]");
             let entry = r.len_field(wire).map_err(malformed(here))?;
+            if table == 6 {
+                // prost reads the value to write it canonically; what it allocates for
+                // that is freed at once, but must fit beside what is held.
+                self.transient(prost_heap(entry, ProstMessage::KeyValueAndUnit, 0), here)?;
+            }
             let pushed = match table {
                 1 => canonical_row(&mut self.dict.mappings, entry, canonical_mapping),
                 2 => canonical_row(&mut self.dict.locations, entry, canonical_location),
@@ -404,7 +424,14 @@ impl Decoder {
     // ---- Resources, scopes, profiles ----
 
     fn resource_profiles(&mut self, bytes: &[u8]) -> Result<Vec<ResourceProfiles>> {
-        let mut out = Vec::new();
+        // Lists are counted and charged whole before they are sized, so that growing
+        // them never holds more than was charged.
+        let n = count_field(bytes, 1);
+        self.charge(
+            n.saturating_mul(std::mem::size_of::<ResourceProfiles>()),
+            || "resource_profiles".into(),
+        )?;
+        let mut out = Vec::with_capacity(n);
         let mut copies = CopyBudget::new(self.dict.strings.byte_len());
         for_each_field(
             bytes,
@@ -416,7 +443,6 @@ impl Decoder {
                 let at = out.len();
                 let here = || format!("resource_profiles[{at}]");
                 let body = r.len_field(wire).map_err(malformed(here))?;
-                self.charge(std::mem::size_of::<ResourceProfiles>(), here)?;
                 let rp = self.one_resource(body, at, &mut copies)?;
                 out.push(rp);
                 Ok(())
@@ -433,6 +459,12 @@ impl Decoder {
     ) -> Result<ResourceProfiles> {
         let here = || format!("resource_profiles[{r_at}]");
         let mut rp = ResourceProfiles::default();
+        let scopes = count_field(body, 2);
+        self.charge(
+            scopes.saturating_mul(std::mem::size_of::<ScopeProfiles>()),
+            here,
+        )?;
+        rp.scope_profiles = Vec::with_capacity(scopes);
         let mut r = Reader::new(body);
         while !r.is_empty() {
             let (field, wire) = r.key().map_err(malformed(here))?;
@@ -440,6 +472,7 @@ impl Decoder {
                 1 => {
                     let bytes = r.len_field(wire).map_err(malformed(here))?;
                     let path = || format!("resource_profiles[{r_at}].resource");
+                    self.transient(prost_heap(bytes, ProstMessage::Resource, 0), path)?;
                     let mut resource =
                         Resource::decode(bytes).map_err(|e| ValidationError::Invalid {
                             field: path(),
@@ -458,7 +491,6 @@ impl Decoder {
                     let s_at = rp.scope_profiles.len();
                     let path = || format!("resource_profiles[{r_at}].scope_profiles[{s_at}]");
                     let bytes = r.len_field(wire).map_err(malformed(path))?;
-                    self.charge(std::mem::size_of::<ScopeProfiles>(), path)?;
                     let sp = self.one_scope(bytes, r_at, s_at, copies)?;
                     rp.scope_profiles.push(sp);
                 }
@@ -482,6 +514,12 @@ impl Decoder {
     ) -> Result<ScopeProfiles> {
         let here = || format!("resource_profiles[{r_at}].scope_profiles[{s_at}]");
         let mut sp = ScopeProfiles::default();
+        let profiles = count_field(body, 2);
+        self.charge(
+            profiles.saturating_mul(std::mem::size_of::<Profile>()),
+            here,
+        )?;
+        sp.profiles = Vec::with_capacity(profiles);
         let mut r = Reader::new(body);
         while !r.is_empty() {
             let (field, wire) = r.key().map_err(malformed(here))?;
@@ -489,6 +527,7 @@ impl Decoder {
                 1 => {
                     let bytes = r.len_field(wire).map_err(malformed(here))?;
                     let path = || format!("{}.scope", here());
+                    self.transient(prost_heap(bytes, ProstMessage::Scope, 0), path)?;
                     let mut scope = InstrumentationScope::decode(bytes).map_err(|e| {
                         ValidationError::Invalid {
                             field: path(),
@@ -508,7 +547,6 @@ impl Decoder {
                     let p_at = sp.profiles.len();
                     let path = || format!("{}.profiles[{p_at}]", here());
                     let bytes = r.len_field(wire).map_err(malformed(path))?;
-                    self.charge(std::mem::size_of::<Profile>(), path)?;
                     let p = self.one_profile(bytes, &path)?;
                     sp.profiles.push(p);
                 }
@@ -856,6 +894,85 @@ fn every_short_varint(mut bytes: &[u8], max: u64) -> Option<usize> {
         count += 1;
     }
     Some(count)
+}
+
+/// The messages whose prost decoding [`prost_heap`] bounds.
+#[derive(Clone, Copy)]
+enum ProstMessage {
+    Resource,
+    Scope,
+    KeyValueAndUnit,
+    KeyValue,
+    AnyValue,
+    ArrayValue,
+    KeyValueList,
+}
+
+/// At most what prost allocates to decode `bytes` as `message`, read from the bytes
+/// without decoding them: each element of a repeated message counts three times its
+/// size (a vector grown by doubling holds up to twice its length, and the old buffer
+/// while it moves), strings and bytes their length. Nesting past prost's own limit is
+/// not followed (prost refuses it).
+fn prost_heap(bytes: &[u8], message: ProstMessage, depth: usize) -> usize {
+    use std::mem::size_of;
+    if depth > 100 {
+        return 0;
+    }
+    let element = |n: usize| n.saturating_mul(3);
+    let mut total = 0usize;
+    let mut r = Reader::new(bytes);
+    while let Ok((field, wire)) = r.key() {
+        let body = if wire == wire::LEN {
+            match r.bytes() {
+                Ok(b) => b,
+                Err(_) => break,
+            }
+        } else {
+            if r.skip(wire).is_err() {
+                break;
+            }
+            continue;
+        };
+        let cost = match (message, field) {
+            (ProstMessage::Resource, 1)
+            | (ProstMessage::Scope, 3)
+            | (ProstMessage::KeyValueList, 1) => {
+                element(size_of::<KeyValue>()) + prost_heap(body, ProstMessage::KeyValue, depth + 1)
+            }
+            // Entity references: strings and lists of strings.
+            (ProstMessage::Resource, 3) => {
+                element(size_of::<profcol_proto::otlp::common::v1::EntityRef>())
+                    + body.len().saturating_mul(4)
+            }
+            (ProstMessage::Scope, 1 | 2) | (ProstMessage::KeyValue, 1) => body.len(),
+            (ProstMessage::KeyValue, 2) | (ProstMessage::KeyValueAndUnit, 2) => {
+                prost_heap(body, ProstMessage::AnyValue, depth + 1)
+            }
+            (ProstMessage::AnyValue, 1 | 7) => body.len(),
+            (ProstMessage::AnyValue, 5) => prost_heap(body, ProstMessage::ArrayValue, depth + 1),
+            (ProstMessage::AnyValue, 6) => prost_heap(body, ProstMessage::KeyValueList, depth + 1),
+            (ProstMessage::ArrayValue, 1) => {
+                element(size_of::<AnyValue>()) + prost_heap(body, ProstMessage::AnyValue, depth + 1)
+            }
+            _ => 0,
+        };
+        total = total.saturating_add(cost);
+    }
+    total
+}
+
+/// How many times field `field` occurs at the top level of `body` (stopping at bytes
+/// that do not parse, which the reading that follows reports).
+fn count_field(body: &[u8], field: u32) -> usize {
+    let mut r = Reader::new(body);
+    let mut n = 0;
+    while let Ok((f, wire)) = r.key() {
+        n += usize::from(f == field);
+        if r.skip(wire).is_err() {
+            break;
+        }
+    }
+    n
 }
 
 fn too_many(field: impl FnOnce() -> String, n: usize, max: usize) -> ValidationError {

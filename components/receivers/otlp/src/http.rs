@@ -258,7 +258,15 @@ fn decode(
         }
         Coding::Zstd => Cow::Owned(unzstd(body, limit, permit).map_err(decompressed)?),
     };
-    permit.cover(plain.len()).map_err(HttpError::Refused)?;
+    match encoding {
+        Encoding::Protobuf => permit.cover(plain.len()),
+        // JSON is read through a document tree first, which takes far more per byte.
+        Encoding::Json => permit.cover_with(
+            plain.len(),
+            profcol_core::pdata::limits::JSON_DECODE_AMPLIFICATION,
+        ),
+    }
+    .map_err(HttpError::Refused)?;
     let invalid = |e: DecodeError| HttpError::Invalid(e.to_string());
     match encoding {
         Encoding::Protobuf => ProfileBatch::decode(&plain).map_err(|e| invalid(e.into())),

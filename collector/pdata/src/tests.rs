@@ -510,3 +510,89 @@ fn a_subset_keeps_meaning_and_only_what_it_uses() {
         }
     }
 }
+
+/// The old model's validation cases that the tests above do not already cover, judged
+/// by the same outcomes.
+#[test]
+fn sentinels_links_nested_indices_and_repeated_keys_are_checked() {
+    let sample = || pb::Sample {
+        values: vec![1],
+        ..Default::default()
+    };
+    // A function table whose first entry is not the zero value.
+    let dict = pb::ProfilesDictionary {
+        function_table: vec![pb::Function {
+            start_line: 3,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    assert!(
+        matches!(
+            ProfileBatch::decode(&one_profile(vec![sample()], dict)),
+            Err(ValidationError::MissingZeroValue {
+                table: "function_table",
+                ..
+            })
+        ),
+        "a function sentinel that is not zero"
+    );
+    // An empty first link is the zero value (and reads as zero-filled ids).
+    let dict = pb::ProfilesDictionary {
+        link_table: vec![Default::default()],
+        ..Default::default()
+    };
+    let batch = ProfileBatch::decode(&one_profile(vec![sample()], dict)).expect("valid");
+    assert!(batch.dictionary().link(0).is_zero());
+    // A line's function out of range, named by its path.
+    let dict = pb::ProfilesDictionary {
+        location_table: vec![
+            pb::Location::default(),
+            pb::Location {
+                lines: vec![
+                    Default::default(),
+                    pb::Line {
+                        function_index: 7,
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    assert_eq!(
+        err(&one_profile(vec![sample()], dict)),
+        "dictionary.location_table[1].lines[1].function_index: index 7 is out of range of function_table (length 1)"
+    );
+    // One key twice in a sample's list, and on a location.
+    let keyed = |unit_strindex| pb::KeyValueAndUnit {
+        key_strindex: 1,
+        unit_strindex,
+        value: None,
+    };
+    let dict = pb::ProfilesDictionary {
+        string_table: vec!["".into(), "k".into()],
+        attribute_table: vec![Default::default(), keyed(0), keyed(1)],
+        location_table: vec![
+            pb::Location::default(),
+            pb::Location {
+                attribute_indices: vec![1, 2],
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    assert!(err(&one_profile(vec![sample()], dict.clone())).starts_with(
+        "dictionary.location_table[1].attribute_indices: attributes 1 and 2 have the same key"
+    ));
+    let dict = pb::ProfilesDictionary {
+        location_table: Vec::new(),
+        ..dict
+    };
+    let repeated = pb::Sample {
+        attribute_indices: vec![1, 2],
+        ..sample()
+    };
+    assert!(err(&one_profile(vec![repeated], dict)).contains("same key"));
+}

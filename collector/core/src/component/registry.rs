@@ -9,7 +9,7 @@ use super::{
     BuildError, CreateContext, Exporter, ExporterFactory, Extension, ExtensionFactory, Kind,
     Processor, ProcessorCreateContext, ProcessorFactory, Receiver, ReceiverFactory, Stability,
 };
-use crate::config::{ConfigError, Value, parse_typed};
+use crate::config::{ConfigError, Value, parse_typed_all};
 use crate::exporterhelper::ExporterHelperSettings;
 
 /// A config parsed and validated by its factory, kept until the component is created.
@@ -28,7 +28,8 @@ impl ParsedConfig {
 fn parse_and_validate<C: super::ComponentConfig>(
     value: &Value,
 ) -> Result<ParsedConfig, Vec<ConfigError>> {
-    let config: C = parse_typed(value).map_err(|e| vec![e])?;
+    // Every unknown key and bad value at once, not only the first serde meets.
+    let config: C = parse_typed_all(value)?;
     let errors = config.validate();
     if errors.is_empty() {
         Ok(ParsedConfig(Arc::new(config)))

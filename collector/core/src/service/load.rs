@@ -78,17 +78,22 @@ pub fn load(
         return Err(ConfigErrors(errors));
     }
     errors.extend(expand_env(&mut merged, env));
-    let raw: RawConfig = match crate::config::parse_typed(&merged) {
-        Ok(raw) => raw,
-        Err(e) => {
-            errors.push(e);
-            return Err(ConfigErrors(errors));
-        }
+    // A mistake in the envelope (a misspelt section) still lets the components be
+    // checked, so that every mistake is reported at once.
+    let (raw, envelope_errors) = crate::config::parse_typed_lenient::<RawConfig>(&merged);
+    let envelope_failed = !envelope_errors.is_empty();
+    errors.extend(envelope_errors);
+    let Some(raw) = raw else {
+        return Err(ConfigErrors(errors));
     };
     let receivers = parse_section(registry, Kind::Receiver, &raw.receivers, &mut errors);
     let processors = parse_section(registry, Kind::Processor, &raw.processors, &mut errors);
     let exporters = parse_section(registry, Kind::Exporter, &raw.exporters, &mut errors);
     let extensions = parse_section(registry, Kind::Extension, &raw.extensions, &mut errors);
+    if envelope_failed {
+        // What the service section says cannot be trusted past its own errors.
+        return Err(ConfigErrors(errors));
+    }
     if !raw.connectors.is_empty() {
         errors.push(ConfigError::new(
             "connectors",
@@ -129,10 +134,10 @@ pub fn load(
                 continue;
             }
         };
-        let config: PipelineConfig = match crate::config::parse_typed(value) {
+        let config: PipelineConfig = match crate::config::parse_typed_all(value) {
             Ok(c) => c,
-            Err(e) => {
-                errors.push(e.under(&path));
+            Err(es) => {
+                errors.extend(es.into_iter().map(|e| e.under(&path)));
                 continue;
             }
         };

@@ -234,7 +234,9 @@ impl Decoder {
                 5 => std::str::from_utf8(entry)
                     .map_err(|_| EntryError::Wire(WireError::Utf8))
                     .and_then(|s| self.dict.strings.push(s).map_err(|_| EntryError::Full)),
-                6 => canonical_row(&mut self.dict.attributes, entry, canonical_attribute),
+                6 => canonical_row(&mut self.dict.attributes, entry, |e, out| {
+                    canonical_attribute(e, out, index == 0)
+                }),
                 _ => canonical_row(&mut self.dict.stacks, entry, canonical_stack),
             };
             match pushed {
@@ -1214,7 +1216,11 @@ fn canonical_link(e: &[u8], out: &mut Vec<u8>, first: bool) -> std::result::Resu
     Ok(())
 }
 
-fn canonical_attribute(e: &[u8], out: &mut Vec<u8>) -> std::result::Result<(), EntryError> {
+fn canonical_attribute(
+    e: &[u8],
+    out: &mut Vec<u8>,
+    zero_row: bool,
+) -> std::result::Result<(), EntryError> {
     let (mut key, mut unit) = (0i32, 0i32);
     let mut value: Option<&[u8]> = None;
     let mut r = Reader::new(e);
@@ -1232,6 +1238,11 @@ fn canonical_attribute(e: &[u8], out: &mut Vec<u8>) -> std::result::Result<(), E
         // prost checks it (and bounds its nesting at 100) and writes it canonically.
         let v = AnyValue::decode(bytes)
             .map_err(|e| EntryError::Invalid(format!("value: not protobuf: {e}")))?;
+        // Go's pdata writes every attribute's value message, so its attribute_table[0]
+        // is `value: {}`: the zero value for every reader, and stored as one.
+        if zero_row && key == 0 && unit == 0 && v.value.is_none() {
+            return Ok(());
+        }
         wire::put_key(out, 2, wire::LEN);
         put_varint(out, v.encoded_len() as u64);
         v.encode_raw(out);

@@ -596,3 +596,52 @@ fn sentinels_links_nested_indices_and_repeated_keys_are_checked() {
     };
     assert!(err(&one_profile(vec![repeated], dict)).contains("same key"));
 }
+
+/// Go's pdata (collector v0.165.0) writes every attribute's value, so its
+/// `attribute_table[0]` arrives as `KeyValueAndUnit{value: AnyValue{}}`: the zero value
+/// for every reader. Elsewhere an empty value and an absent one stay as they came.
+#[test]
+fn an_empty_any_value_is_the_absent_value_as_go_writes_row_zero() {
+    use profcol_proto::otlp::common::v1::{AnyValue, any_value};
+    let empty = || Some(AnyValue { value: None });
+    let dictionary = pb::ProfilesDictionary {
+        string_table: vec!["".into(), "k".into(), "v".into()],
+        attribute_table: vec![
+            pb::KeyValueAndUnit {
+                value: empty(),
+                ..Default::default()
+            },
+            pb::KeyValueAndUnit {
+                key_strindex: 1,
+                value: empty(),
+                ..Default::default()
+            },
+            pb::KeyValueAndUnit {
+                key_strindex: 1,
+                value: None,
+                ..Default::default()
+            },
+            pb::KeyValueAndUnit {
+                key_strindex: 1,
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue("v".into())),
+                }),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+    let batch = ProfileBatch::decode(&one_profile(vec![], dictionary)).expect("Go's row zero");
+    let d = batch.dictionary();
+    assert_eq!(
+        d.attributes.get(0),
+        Some(&[][..]),
+        "row zero is stored as the zero value"
+    );
+    assert_ne!(
+        d.attributes.get(1),
+        d.attributes.get(2),
+        "kept as they came"
+    );
+    assert_eq!(d.attributes.len(), 4);
+}

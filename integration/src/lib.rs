@@ -6,6 +6,7 @@
 
 pub mod collector;
 pub mod fake_k8s;
+pub mod go_peers;
 pub mod otlp_json;
 pub mod parca_fake;
 

@@ -267,7 +267,7 @@ fn go_tool_pprof_raw(dir: &Path) -> String {
     raw
 }
 
-/// profcol → Go collector → profcol over gRPC and over HTTP. The Go collector re-marshals
+/// profcol → Go collector → profcol over gRPC, HTTP and HTTP with OTLP/JSON. The Go collector re-marshals
 /// what it forwards (its HTTP exporter turns resource attributes into string-table
 /// references); profcol's receiver must resolve them, and what arrives must be what left.
 fn chain(
@@ -276,12 +276,14 @@ fn chain(
     first_leg: (&str, &str),
     expected: Option<&PeerSummary>,
 ) -> (PathBuf, PathBuf, PathBuf, Collector, GoCollector, Collector) {
-    let (go_in, last_grpc, last_http) = (free_port(), free_port(), free_port());
+    let (go_in, last_grpc, last_http, last_json) =
+        (free_port(), free_port(), free_port(), free_port());
     // The last profcol: one receiver per protocol, each into its own file; gRPC also
     // into pprof files.
-    let (grpc_out, http_out, pprof_dir) = (
+    let (grpc_out, http_out, json_out, pprof_dir) = (
         dir.join("last-grpc.pb"),
         dir.join("last-http.pb"),
+        dir.join("last-json.pb"),
         dir.join("pprof"),
     );
     let (h3, m3) = (free_port(), free_port());
@@ -289,9 +291,10 @@ fn chain(
         dir,
         "last",
         &format!(
-            "receivers:\n  otlp/grpc:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{last_grpc}\n  otlp/http:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{last_http}\nexporters:\n  file/grpc:\n    path: {}\n    format: proto\n    flush_interval: 100ms\n  file/http:\n    path: {}\n    format: proto\n    flush_interval: 100ms\n  pprof:\n    directory: {}\nextensions:\n  health_check:\n    endpoint: 127.0.0.1:{h3}\nservice:\n  extensions: [health_check]\n  telemetry:\n    metrics:\n      address: 127.0.0.1:{m3}\n  pipelines:\n    profiles/grpc:\n      receivers: [otlp/grpc]\n      exporters: [file/grpc, pprof]\n    profiles/http:\n      receivers: [otlp/http]\n      exporters: [file/http]\n",
+            "receivers:\n  otlp/grpc:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{last_grpc}\n  otlp/http:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{last_http}\n  otlp/json:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{last_json}\nexporters:\n  file/grpc:\n    path: {}\n    format: proto\n    flush_interval: 100ms\n  file/http:\n    path: {}\n    format: proto\n    flush_interval: 100ms\n  file/json:\n    path: {}\n    format: proto\n    flush_interval: 100ms\n  pprof:\n    directory: {}\nextensions:\n  health_check:\n    endpoint: 127.0.0.1:{h3}\nservice:\n  extensions: [health_check]\n  telemetry:\n    metrics:\n      address: 127.0.0.1:{m3}\n  pipelines:\n    profiles/grpc:\n      receivers: [otlp/grpc]\n      exporters: [file/grpc, pprof]\n    profiles/http:\n      receivers: [otlp/http]\n      exporters: [file/http]\n    profiles/json:\n      receivers: [otlp/json]\n      exporters: [file/json]\n",
             grpc_out.display(),
             http_out.display(),
+            json_out.display(),
             pprof_dir.display()
         ),
         h3,
@@ -304,7 +307,7 @@ fn chain(
         dir,
         "otelcol",
         &format!(
-            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{go_in}\nexporters:\n  otlp_grpc:\n    endpoint: 127.0.0.1:{last_grpc}\n    tls: {{insecure: true}}\n  otlp_http:\n    endpoint: http://127.0.0.1:{last_http}\n  debug:\n    verbosity: basic\nservice:\n  telemetry:\n    metrics:\n      level: none\n    logs:\n      level: warn\n  pipelines:\n    profiles:\n      receivers: [otlp]\n      exporters: [otlp_grpc, otlp_http, debug]\n"
+            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{go_in}\nexporters:\n  otlp_grpc:\n    endpoint: 127.0.0.1:{last_grpc}\n    tls: {{insecure: true}}\n  otlp_http:\n    endpoint: http://127.0.0.1:{last_http}\n  otlp_http/json:\n    endpoint: http://127.0.0.1:{last_json}\n    encoding: json\n  debug:\n    verbosity: basic\nservice:\n  telemetry:\n    metrics:\n      level: none\n    logs:\n      level: warn\n  pipelines:\n    profiles:\n      receivers: [otlp]\n      exporters: [otlp_grpc, otlp_http, otlp_http/json, debug]\n"
         ),
         &[go_in],
     );
@@ -327,7 +330,11 @@ fn chain(
         m1,
     );
     if let Some(expected) = expected {
-        for (what, path) in [("gRPC", &grpc_out), ("HTTP", &http_out)] {
+        for (what, path) in [
+            ("gRPC", &grpc_out),
+            ("HTTP", &http_out),
+            ("HTTP with JSON", &json_out),
+        ] {
             wait_for(
                 path,
                 expected,

@@ -382,3 +382,74 @@ fn the_go_collector_forwards_to_profcol_over_grpc_and_http_with_references_resol
         );
     }
 }
+
+/// The whole way a node's profiles travel: profcol's eBPF profiler → the Go collector as a
+/// gateway → profcol → pprof files, which `go tool pprof` reads with the profiled
+/// program's own call chain in them. As root.
+#[test]
+fn ebpf_profiles_cross_the_go_collector_and_end_as_pprof_go_reads() {
+    if !profcol_integration::root() {
+        return;
+    }
+    let Some(otelcol) = go_peer("otelcol-peer") else {
+        return;
+    };
+    let dir = scratch("go-collector-ebpf");
+    let burner = dir.join("burner");
+    let built = std::process::Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&burner)
+        .arg(repo().join("integration/peers/native/burner.c"))
+        .status()
+        .expect("gcc");
+    assert!(built.success());
+    let sent = dir.join("first.pb");
+    let receivers = "  profiling:\n    samples_per_second: 99\n    reporter_interval: 1s\n    include:\n      executable_names: [\"^burner$\"]\n";
+    let local = format!(
+        "  file:\n    path: {}\n    format: proto\n    flush_interval: 100ms\n",
+        sent.display()
+    );
+    let (grpc_out, http_out, pprof_dir, first, go, last) =
+        chain(&dir, &otelcol, (receivers, &local), None);
+    let status = std::process::Command::new(&burner)
+        .arg("2")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("burner");
+    assert!(status.success());
+    // Everything the first profcol sent arrives at the last, by both ways.
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            sent.exists() && summarize_framed(&sent).content().samples > 0
+        }),
+        "the profiler sent nothing:\n{}",
+        first.logs()
+    );
+    assert!(first.stop().success());
+    let expected = summarize_framed(&sent).content();
+    assert!(
+        expected
+            .stacks
+            .keys()
+            .any(|k| k.contains("burner_outer;burner_middle;burner_leaf")),
+        "the burner's chain is not in what was sent: {}",
+        show(&expected)
+    );
+    for (what, path) in [("gRPC", &grpc_out), ("HTTP", &http_out)] {
+        wait_for(
+            path,
+            &expected,
+            &format!("the last profcol over {what}"),
+            || format!("{}\n{}", go.logs(), last.logs()),
+        );
+    }
+    go.stop();
+    assert!(last.stop().success());
+    let raw = go_tool_pprof_raw(&pprof_dir);
+    for function in ["burner_leaf", "burner_middle", "burner_outer"] {
+        assert!(
+            raw.contains(function),
+            "{function} missing from the pprof files:\n{raw}"
+        );
+    }
+}

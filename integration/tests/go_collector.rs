@@ -453,3 +453,36 @@ fn ebpf_profiles_cross_the_go_collector_and_end_as_pprof_go_reads() {
         );
     }
 }
+
+/// `profcol convert`'s OTLP protobuf and OTLP/JSON, read by Go's pdata, mean what profcol
+/// meant, for every fixture.
+#[test]
+fn go_pdata_reads_profcol_convert_output_as_profcol_does() {
+    let Some(check) = go_peer("pdatacheck") else {
+        return;
+    };
+    let dir = scratch("go-pdata-convert");
+    let (fixtures, _) = fixtures_as_profcol_sends_them(&dir);
+    for f in &fixtures {
+        let proto = dir.join("out.pb");
+        let json = dir.join("out.json");
+        for (to, out) in [("otlp", &proto), ("otlp-json", &json)] {
+            profcol_ok(&[
+                "convert",
+                "--to",
+                to,
+                "-o",
+                out.to_str().expect("utf-8"),
+                f.to_str().expect("utf-8"),
+            ]);
+        }
+        let mut ours = PeerSummary::default();
+        ours.add(&ProfileBatch::decode(&std::fs::read(&proto).expect("out.pb")).expect("decode"));
+        assert!(ours.samples > 0, "{}: no samples", f.display());
+        for (format, path) in [("proto", &proto), ("json", &json)] {
+            let seen = pdatacheck(&check, format, path)
+                .unwrap_or_else(|e| panic!("{}: {format}: {e}", f.display()));
+            assert_eq!(seen, ours, "{}: pdata's reading of {format}", f.display());
+        }
+    }
+}

@@ -21,6 +21,7 @@ pub mod model;
 pub mod process;
 pub mod receiver;
 pub mod safe_file;
+pub mod schedule;
 pub mod symbolize;
 #[cfg(test)]
 mod testutil;
@@ -30,11 +31,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use profcol_core::pdata::ProfileBatch;
 
-pub use config::{Config, Filter, NamePattern, ProcessSelector};
+pub use config::{Config, ErrorMode, Filter, NamePattern, ProcessSelector};
 pub use model::{BatchMeta, Frame, ProfileBuilder, SCOPE_NAME, Symbols};
 pub use process::{ProcFs, Process, ProcessTable};
 pub use receiver::{
@@ -203,6 +204,12 @@ pub struct Stats {
     pub symbolizer_restarts: u64,
     /// First samples of a process unwound here from their stack copy.
     pub stack_copies_unwound: u64,
+    /// Samples of the idle task (pid 0) dropped (`send_idle_frames` off).
+    pub samples_idle_dropped: u64,
+    /// Samples dropped because their interval was not drawn (`probabilistic_threshold`).
+    pub samples_probabilistic_dropped: u64,
+    /// Samples of processes younger than `filter_min_process_age`, dropped.
+    pub samples_young_dropped: u64,
 }
 
 /// Turns samples and process events into batches. See the crate docs.
@@ -218,6 +225,10 @@ pub struct Engine {
     unwinder: unwind::Unwinder,
     /// Samples with a stack copy, waiting for their process's tables, and when they came.
     deferred: Vec<(RawSample, u64)>,
+    probabilistic: schedule::Probabilistic,
+    random: Box<dyn schedule::Random>,
+    /// When the machine booted (unix ns), for process ages; `None` when unknown.
+    boot_unix_nano: Option<u64>,
 }
 
 /// Samples with stack copies held at most (8 KiB each); more are added with the
@@ -272,9 +283,18 @@ impl Engine {
         };
         let unwinder =
             unwind::Unwinder::new(config.unwind_tables_max_memory_mib as usize * (1 << 20));
+        let probabilistic = schedule::Probabilistic::new(
+            config.probabilistic_interval,
+            config.probabilistic_threshold,
+            now,
+        );
+        let boot_unix_nano = boot_time(&env.procfs, now);
         Engine {
             unwinder,
             deferred: Vec::new(),
+            probabilistic,
+            random: Box::new(schedule::XorShift::seeded()),
+            boot_unix_nano,
             config,
             env,
             table,
@@ -288,6 +308,12 @@ impl Engine {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Draws the probabilistic intervals from `random` (tests choose the draws).
+    pub fn with_random(mut self, random: Box<dyn schedule::Random>) -> Self {
+        self.random = random;
+        self
     }
 
     /// The process filter, for the sampler to apply its pid part in BPF
@@ -346,6 +372,7 @@ impl Engine {
             {
                 sample.user_stack = frames;
                 sample.user_truncated = !end.is_complete();
+                sample.unwind.end = Some(end);
                 self.stats.stack_copies_unwound += 1;
             }
             self.add_sample(sample, now);
@@ -372,6 +399,20 @@ impl Engine {
         self.stats.samples_received += 1;
         let now = self.env.clock.now_unix_nano();
         let pid = sample.pid;
+        if !self.probabilistic.is_on(now, self.random.as_mut()) {
+            self.stats.samples_probabilistic_dropped += 1;
+            return;
+        }
+        if pid == 0 && !self.config.send_idle_frames {
+            self.stats.samples_idle_dropped += 1;
+            return;
+        }
+        if self.is_too_young(pid, now) {
+            // Before anything of the process is read: short-lived processes cost no
+            // more than their start time.
+            self.stats.samples_young_dropped += 1;
+            return;
+        }
         if sample.unwind.end == Some(profcol_bpf::UnwindEnd::InExec) {
             self.on_sample_in_exec(sample, now);
             return;
@@ -396,6 +437,30 @@ impl Engine {
             return;
         }
         self.add_sample(sample, now);
+    }
+
+    /// Whether the process is younger than `filter_min_process_age` at `now`. A process
+    /// whose start or the boot time is unknown is not.
+    fn is_too_young(&self, pid: u32, now: u64) -> bool {
+        let min_age = self.config.filter_min_process_age;
+        if min_age.is_zero() || pid == 0 {
+            return false;
+        }
+        let Some(boot) = self.boot_unix_nano else {
+            return false;
+        };
+        let start_ticks = match self.table.get(pid) {
+            Some(p) if p.loaded && !p.unread => p.start_time,
+            // Known from an event only, or not at all: its start time alone is read.
+            _ => self.table.procfs().start_time(pid),
+        };
+        let Some(ticks) = start_ticks else {
+            return false;
+        };
+        let hz = u128::from(rustix::param::clock_ticks_per_second().max(1));
+        let since_boot = u128::from(ticks) * 1_000_000_000 / hz;
+        let started = u128::from(boot).saturating_add(since_boot);
+        u128::from(now).saturating_sub(started) < min_age.as_nanos()
     }
 
     /// A sample taken during `execve` has kernel frames only. `/proc` describes neither
@@ -460,7 +525,13 @@ impl Engine {
                 None => Frame::Unmapped { addr },
             });
         }
-        if sample.user_truncated || sample.user_stack.len() > max {
+        let failed = sample.unwind.end.filter(|end| is_unwind_error(*end));
+        if sample.user_stack.len() > max {
+            frames.push(Frame::Truncated);
+        } else if let Some(end) = failed.filter(|_| self.config.send_error_frames) {
+            // The OTel profiler's error frame: the walk could not go on, and why.
+            frames.push(Frame::UnwindError { end });
+        } else if sample.user_truncated {
             frames.push(Frame::Truncated);
         }
         let resource = self.builder.resource(model::ResourceInfo::of(process));
@@ -502,6 +573,10 @@ impl Engine {
             self.add_sample(sample, now);
         }
         self.table.expire(now);
+        // Follows the wall clock if it was set since (process ages are against it).
+        if let Some(boot) = boot_time(self.table.procfs(), now) {
+            self.boot_unix_nano = Some(boot);
+        }
         let builder = std::mem::replace(&mut self.builder, ProfileBuilder::new(now));
         if builder.is_empty() {
             return None;
@@ -593,6 +668,25 @@ fn symbolize(symbolizer: &Symbolizer, builder: &ProfileBuilder, procfs: &ProcFs)
         }
     }
     symbols
+}
+
+/// Walk ends that mean the walker could not go on (rather than reaching the end of the
+/// stack, or the frame limit).
+fn is_unwind_error(end: profcol_bpf::UnwindEnd) -> bool {
+    use profcol_bpf::UnwindEnd;
+    matches!(
+        end,
+        UnwindEnd::ReadFault | UnwindEnd::BadFrame | UnwindEnd::Unsupported
+    )
+}
+
+/// When the machine booted, on the engine's clock: `now` minus `/proc/uptime` (the boot
+/// clock, which `/proc/<pid>/stat` start times count on).
+fn boot_time(procfs: &ProcFs, now: u64) -> Option<u64> {
+    let text = std::fs::read_to_string(procfs.root().join("uptime")).ok()?;
+    let seconds: f64 = text.split_whitespace().next()?.parse().ok()?;
+    let uptime = Duration::try_from_secs_f64(seconds).ok()?;
+    now.checked_sub(u64::try_from(uptime.as_nanos()).ok()?)
 }
 
 /// Frames past the leaf are return addresses, which point after the call; one byte back

@@ -56,6 +56,13 @@ pub enum Frame {
     Unmapped { addr: u64 },
     /// The stack was cut here.
     Truncated,
+    /// The user-stack walk failed here, for this reason (`send_error_frames`).
+    UnwindError { end: profcol_bpf::UnwindEnd },
+}
+
+/// The function name of an [`Frame::UnwindError`] location.
+pub fn unwind_error_name(end: profcol_bpf::UnwindEnd) -> String {
+    format!("[unwinding failed: {}]", end.name())
 }
 
 /// Who a resource is.
@@ -499,23 +506,23 @@ impl Output<'_> {
                     vec![self.frame_type(FrameType::Native)],
                 )
             }
-            Frame::Truncated => {
-                let name = self.dict.string(TRUNCATED_FRAME);
-                let function = self.dict.function(Function {
-                    name_strindex: name,
-                    ..Default::default()
-                });
-                (
-                    0,
-                    0,
-                    vec![Line {
-                        function_index: function,
-                        line: 0,
-                        column: 0,
-                    }],
-                    vec![self.frame_type(FrameType::AbortMarker)],
-                )
-            }
+            Frame::Truncated => (
+                0,
+                0,
+                vec![self.marker_line(TRUNCATED_FRAME)],
+                vec![self.frame_type(FrameType::AbortMarker)],
+            ),
+            // As the OTel profiler marks an error: an abort-marker frame whose address is
+            // the error's code; the name says it in words.
+            Frame::UnwindError { end } => (
+                0,
+                profcol_bpf::UnwindEnd::ALL
+                    .iter()
+                    .position(|e| *e == end)
+                    .map_or(0, |code| code as u64),
+                vec![self.marker_line(&unwind_error_name(end))],
+                vec![self.frame_type(FrameType::AbortMarker)],
+            ),
         };
         let (mapping_index, address, lines, attribute_indices) = location;
         let i = self.dict.location(&Location {
@@ -526,6 +533,20 @@ impl Output<'_> {
         });
         self.locations.insert(frame, i);
         i
+    }
+
+    /// The one line of a pseudo frame: a function with this name.
+    fn marker_line(&mut self, name: &str) -> Line {
+        let name = self.dict.string(name);
+        let function = self.dict.function(Function {
+            name_strindex: name,
+            ..Default::default()
+        });
+        Line {
+            function_index: function,
+            line: 0,
+            column: 0,
+        }
     }
 
     fn mapping(&mut self, id: MappingId) -> i32 {

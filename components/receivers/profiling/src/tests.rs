@@ -421,6 +421,7 @@ fn idle_samples_need_no_proc_entry() {
     let mut engine = Engine::new(
         Config {
             symbolize: false,
+            send_idle_frames: true,
             ..Config::default()
         },
         env(clock_at(S)),
@@ -429,6 +430,7 @@ fn idle_samples_need_no_proc_entry() {
     s.comm = "swapper/1".into();
     s.kernel_stack = vec![0xffffffff81000010];
     engine.on_sample(s);
+    assert_eq!(engine.stats().samples_idle_dropped, 0);
     let batch = engine.flush().expect("batch").to_wire();
     assert_eq!(
         resource_attr(&batch, "process.pid"),
@@ -655,4 +657,280 @@ fn start_scan_reads_every_process_of_this_machine() {
         engine.processes().files_cached(),
         started.elapsed()
     );
+}
+
+fn idle_sample() -> RawSample {
+    let mut s = sample(0, S, Vec::new());
+    s.comm = "swapper/0".into();
+    s.kernel_stack = vec![0xffffffff81000010];
+    s
+}
+
+#[test]
+fn idle_samples_are_dropped_unless_send_idle_frames() {
+    let config = Config {
+        symbolize: false,
+        ..Config::default()
+    };
+    assert!(!config.send_idle_frames, "the OTel profiler's default");
+    let mut engine = Engine::new(config, env(clock_at(S)));
+    engine.on_sample(idle_sample());
+    assert!(engine.flush().is_none(), "nothing kept");
+    assert_eq!(engine.stats().samples_idle_dropped, 1);
+    assert_eq!(engine.stats().samples_received, 1);
+    // Kept when asked for (idle_samples_need_no_proc_entry shows what they carry).
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            send_idle_frames: true,
+            ..Config::default()
+        },
+        env(clock_at(S)),
+    );
+    engine.on_sample(idle_sample());
+    assert_eq!(engine.flush().expect("kept").sample_count(), 1);
+}
+
+/// The last frame of the only stack in a batch from one sample whose user walk failed.
+fn last_frame_of_failed_walk(
+    send_error_frames: bool,
+    end: profcol_bpf::UnwindEnd,
+) -> (String, String, u64) {
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            send_error_frames,
+            ..Config::default()
+        },
+        env(clock_at(S)),
+    );
+    let leaf = engine_marker_leaf as *const () as usize as u64;
+    let mut s = sample(std::process::id(), S, vec![leaf, leaf]);
+    s.user_truncated = true;
+    s.unwind.end = Some(end);
+    engine.on_sample(s);
+    let batch = engine.flush().expect("batch").to_wire();
+    let d = batch.dictionary();
+    let stack = stack_of(&batch, 0);
+    assert_eq!(stack.len(), 3, "two frames and the marker");
+    let last = *stack.last().expect("last");
+    let name = names(d, last).join("");
+    (
+        name,
+        frame_type(d, last),
+        d.location_table[last as usize].address,
+    )
+}
+
+#[test]
+fn send_error_frames_ends_a_failed_walk_with_an_error_frame() {
+    use profcol_bpf::UnwindEnd;
+    // Off (the default): the stack is kept, cut, with the marker every cut stack has.
+    assert_eq!(
+        last_frame_of_failed_walk(false, UnwindEnd::ReadFault),
+        ("[truncated]".to_owned(), "abort-marker".to_owned(), 0)
+    );
+    // On: an abort-marker frame with the error's code as its address, and its name.
+    assert_eq!(
+        last_frame_of_failed_walk(true, UnwindEnd::ReadFault),
+        (
+            "[unwinding failed: read_fault]".to_owned(),
+            "abort-marker".to_owned(),
+            3
+        )
+    );
+    assert_eq!(
+        last_frame_of_failed_walk(true, UnwindEnd::BadFrame).0,
+        "[unwinding failed: bad_frame]"
+    );
+    assert_eq!(
+        last_frame_of_failed_walk(true, UnwindEnd::Unsupported).0,
+        "[unwinding failed: unsupported]"
+    );
+    // A walk cut at the frame limit did not fail: it stays [truncated].
+    assert_eq!(
+        last_frame_of_failed_walk(true, UnwindEnd::Depth).0,
+        "[truncated]"
+    );
+}
+
+#[test]
+fn a_walk_that_reached_the_end_gets_no_error_frame() {
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            send_error_frames: true,
+            ..Config::default()
+        },
+        env(clock_at(S)),
+    );
+    let leaf = engine_marker_leaf as *const () as usize as u64;
+    let mut s = sample(std::process::id(), S, vec![leaf, leaf]);
+    s.unwind.end = Some(profcol_bpf::UnwindEnd::Outermost);
+    engine.on_sample(s);
+    let batch = engine.flush().expect("batch").to_wire();
+    let d = batch.dictionary();
+    let types: Vec<String> = stack_of(&batch, 0)
+        .iter()
+        .map(|&l| frame_type(d, l))
+        .collect();
+    assert_eq!(types, ["native", "native"]);
+}
+
+#[test]
+fn probabilistic_threshold_keeps_only_the_intervals_drawn() {
+    let clock = clock_at(S);
+    // threshold 40: the first interval draws 70 (dropped), the second 20 (kept).
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            probabilistic_threshold: 40,
+            probabilistic_interval: Duration::from_secs(60),
+            ..Config::default()
+        },
+        env(clock.clone()),
+    )
+    .with_random(Box::new(crate::schedule::tests::Fixed(vec![0.70, 0.20], 0)));
+    let pid = std::process::id();
+    let leaf = engine_marker_leaf as *const () as usize as u64;
+    for i in 0..3 {
+        engine.on_sample(sample(pid, S + i, vec![leaf]));
+    }
+    assert!(engine.flush().is_none(), "the first interval was not drawn");
+    assert_eq!(engine.stats().samples_probabilistic_dropped, 3);
+    clock.set(61 * S);
+    for i in 0..2 {
+        // Two threads: two samples (one thread's events would share one).
+        let mut s = sample(pid, 61 * S + i, vec![leaf]);
+        s.tid = pid + i as u32;
+        engine.on_sample(s);
+    }
+    assert_eq!(engine.flush().expect("kept").sample_count(), 2);
+    assert_eq!(engine.stats().samples_probabilistic_dropped, 3);
+    assert_eq!(engine.stats().samples_received, 5);
+}
+
+/// A `/proc` of one process, `pid`, started `started_after_boot` after boot, on a machine
+/// up for `uptime`.
+fn fake_proc(dir: &std::path::Path, pid: u32, started_after_boot: Duration, uptime: Duration) {
+    let hz = rustix::param::clock_ticks_per_second();
+    let ticks = started_after_boot.as_secs() * hz;
+    let p = dir.join(pid.to_string());
+    std::fs::create_dir_all(&p).expect("mkdir");
+    std::fs::write(p.join("comm"), "young\n").expect("comm");
+    let zeros = "0 ".repeat(18);
+    std::fs::write(
+        p.join("stat"),
+        format!("{pid} (young (x)) S {zeros}{ticks} 0 0\n"),
+    )
+    .expect("stat");
+    set_uptime(dir, uptime);
+}
+
+fn set_uptime(dir: &std::path::Path, uptime: Duration) {
+    std::fs::write(
+        dir.join("uptime"),
+        format!("{:.2} 1.00\n", uptime.as_secs_f64()),
+    )
+    .expect("uptime");
+}
+
+#[test]
+fn filter_min_process_age_drops_samples_of_young_processes() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let pid = 4242;
+    // Up 100 s; the process started at 95 s: 5 s old.
+    fake_proc(
+        dir.path(),
+        pid,
+        Duration::from_secs(95),
+        Duration::from_secs(100),
+    );
+    let clock = clock_at(1000 * S);
+    let environment = Environment {
+        procfs: ProcFs::new(dir.path()),
+        ..env(clock.clone())
+    };
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            filter_min_process_age: Duration::from_secs(10),
+            ..Config::default()
+        },
+        environment,
+    );
+    let mut s = sample(pid, 1000 * S, Vec::new());
+    s.kernel_stack = vec![0xffffffff81000010];
+    engine.on_sample(s.clone());
+    assert_eq!(engine.stats().samples_young_dropped, 1);
+    assert!(
+        engine.processes().get(pid).is_none(),
+        "a young process is not read past its start time"
+    );
+    assert!(engine.flush().is_none());
+    // 6 s later it is 11 s old: profiled.
+    clock.set(1006 * S);
+    set_uptime(dir.path(), Duration::from_secs(106));
+    engine.on_sample(s.clone());
+    let batch = engine.flush().expect("old enough").to_wire();
+    assert_eq!(batch.sample_count(), 1);
+    assert_eq!(
+        resource_attr(&batch, "process.pid"),
+        Some(Value::IntValue(4242))
+    );
+    assert_eq!(engine.stats().samples_young_dropped, 1);
+    // Without the filter the young process is profiled at once.
+    let dir = tempfile::tempdir().expect("tmp");
+    fake_proc(
+        dir.path(),
+        pid,
+        Duration::from_secs(99),
+        Duration::from_secs(100),
+    );
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            ..Config::default()
+        },
+        Environment {
+            procfs: ProcFs::new(dir.path()),
+            ..env(clock_at(1000 * S))
+        },
+    );
+    engine.on_sample(s);
+    assert_eq!(engine.flush().expect("kept").sample_count(), 1);
+}
+
+#[test]
+fn a_process_whose_start_is_unknown_is_not_held_back_by_its_age() {
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            filter_min_process_age: Duration::from_secs(3600),
+            ..Config::default()
+        },
+        env(clock_at(S)),
+    );
+    // No /proc entry at all: its age is unknown, so it is not dropped for it.
+    let mut s = sample(u32::MAX - 3, S, Vec::new());
+    s.kernel_stack = vec![0xffffffff81000010];
+    engine.on_sample(s);
+    assert_eq!(engine.stats().samples_young_dropped, 0);
+    assert_eq!(engine.flush().expect("kept").sample_count(), 1);
+    // This test process, with the real /proc and clock, is younger than an hour.
+    let mut engine = Engine::new(
+        Config {
+            symbolize: false,
+            filter_min_process_age: Duration::from_secs(3600),
+            ..Config::default()
+        },
+        Environment {
+            scan_at_start: false,
+            ..Environment::host()
+        },
+    );
+    let mut s = sample(std::process::id(), 0, Vec::new());
+    s.kernel_stack = vec![0xffffffff81000010];
+    engine.on_sample(s);
+    assert_eq!(engine.stats().samples_young_dropped, 1);
 }

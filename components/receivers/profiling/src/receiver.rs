@@ -16,13 +16,15 @@ use profcol_core::config::Validate;
 use profcol_core::telemetry::Telemetry;
 use tokio_util::sync::CancellationToken;
 
-use crate::{Config, Engine, Environment, Filter, ProcessEvent, RawSample, Stats};
+use crate::schedule::{XorShift, jittered};
+use crate::{Config, Engine, Environment, ErrorMode, Filter, ProcessEvent, RawSample, Stats};
 
 /// The longest a poll waits, so shutdown is seen within it.
 const POLL_SLICE: Duration = Duration::from_millis(250);
 
 pub const SAMPLES_METRIC: &str = "otelcol_receiver_profiling_samples_total";
 pub const SAMPLES_FILTERED_METRIC: &str = "otelcol_receiver_profiling_samples_filtered_total";
+pub const SAMPLES_SKIPPED_METRIC: &str = "otelcol_receiver_profiling_samples_skipped_total";
 pub const FRAMES_UNSYMBOLIZED_METRIC: &str = "otelcol_receiver_profiling_frames_unsymbolized_total";
 pub const PROCESSES_METRIC: &str = "otelcol_receiver_profiling_processes";
 pub const SAMPLES_LOST_METRIC: &str = "otelcol_receiver_profiling_samples_lost_total";
@@ -303,11 +305,28 @@ impl Loop {
         opener: &dyn SourceOpener,
         env: Environment,
     ) -> Result<(), ComponentError> {
+        for warning in config.start_warnings() {
+            tracing::warn!(id = %self.id, "{warning}");
+        }
         let filter = Filter::new(&config);
-        let mut source = opener.open(&config, &filter).map_err(|e| {
-            ComponentError::Fatal(format!("{}: cannot start the sampler: {e}", self.id))
-        })?;
+        let mut source = match opener.open(&config, &filter) {
+            Ok(source) => source,
+            Err(e) if config.error_mode == ErrorMode::Ignore => {
+                // The OTel profiler's error_mode: ignore: the collector runs on without
+                // this receiver.
+                tracing::error!(id = %self.id, "cannot start the sampler: {e}; error_mode is ignore, so the collector runs on without this receiver");
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(ComponentError::Fatal(format!(
+                    "{}: cannot start the sampler: {e}",
+                    self.id
+                )));
+            }
+        };
         let interval = config.reporter_interval.max(Duration::from_millis(1));
+        let jitter = config.reporter_jitter;
+        let mut random = XorShift::seeded();
         let mut engine = Engine::new(config, env);
         self.started.ready();
         tracing::info!(id = %self.id, processes = engine.stats().processes_tracked, "profiling receiver started");
@@ -315,7 +334,7 @@ impl Loop {
         let mut reported_lost = Lost::default();
         let mut reported_unwinding = Unwinding::default();
         let flusher = Flusher::start(&self.id, self.output.clone());
-        let mut next_flush = Instant::now() + interval;
+        let mut next_flush = Instant::now() + jittered(interval, jitter, &mut random);
         let result = loop {
             if self.shutdown.is_cancelled() {
                 break Ok(());
@@ -341,9 +360,11 @@ impl Loop {
                 self.flush(&mut engine, &flusher, &mut reported);
                 self.report_lost(source.as_ref(), &mut reported_lost);
                 self.report_unwinding(&engine, source.as_ref(), &mut reported_unwinding);
-                next_flush += interval;
+                // Each wait jittered afresh, as the OTel profiler's reporter does.
+                let wait = jittered(interval, jitter, &mut random);
+                next_flush += wait;
                 if next_flush <= now {
-                    next_flush = now + interval;
+                    next_flush = now + wait;
                 }
             }
         };
@@ -483,6 +504,31 @@ impl Loop {
                 &labels,
             )
             .add(now.samples_filtered - reported.samples_filtered);
+        for (reason, now, before) in [
+            (
+                "idle",
+                now.samples_idle_dropped,
+                reported.samples_idle_dropped,
+            ),
+            (
+                "probabilistic",
+                now.samples_probabilistic_dropped,
+                reported.samples_probabilistic_dropped,
+            ),
+            (
+                "min_process_age",
+                now.samples_young_dropped,
+                reported.samples_young_dropped,
+            ),
+        ] {
+            self.telemetry
+                .counter(
+                    SAMPLES_SKIPPED_METRIC,
+                    "Samples dropped by send_idle_frames, probabilistic_threshold or filter_min_process_age.",
+                    &[("receiver", self.id.as_str()), ("reason", reason)],
+                )
+                .add(now - before);
+        }
         self.telemetry
             .counter(
                 FRAMES_UNSYMBOLIZED_METRIC,
@@ -690,6 +736,27 @@ mod tests {
             err.to_string(),
             "profiling: cannot start the sampler: BPF refused: operation not permitted"
         );
+    }
+
+    #[tokio::test]
+    async fn with_error_mode_ignore_a_sampler_that_cannot_start_is_not_fatal() {
+        let factory = ProfilingReceiverFactory::new(|_: &Config, _: &Filter| {
+            Err::<Box<dyn SampleSource>, _>(SourceError(
+                "BPF refused: operation not permitted".into(),
+            ))
+        })
+        .with_environment(environment);
+        let config = Config {
+            error_mode: ErrorMode::Ignore,
+            ..Config::default()
+        };
+        let (task, _rx, _shutdown, _t) = start(&factory, config);
+        let result = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("returns at once")
+            .expect("joins");
+        // The receiver ends cleanly: the collector's other pipelines run on.
+        assert!(result.is_ok(), "{result:?}");
     }
 
     #[test]

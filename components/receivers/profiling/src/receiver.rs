@@ -759,6 +759,36 @@ mod tests {
         assert!(result.is_ok(), "{result:?}");
     }
 
+    /// The distribution's config through the collector's own loader: the receiver's
+    /// part passes (the `debug` exporter is not in this test's registry).
+    #[test]
+    fn an_otel_ebpf_profiler_distribution_config_loads() {
+        let path = format!(
+            "{}/testdata/otelcol-ebpf-profiler.yaml",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).expect("testdata");
+        let mut registry = profcol_core::component::Registry::new();
+        registry
+            .receiver(ProfilingReceiverFactory::new(|_: &Config, _: &Filter| {
+                Ok(Box::new(FakeSource) as Box<dyn SampleSource>)
+            }))
+            .expect("registered");
+        let errors = profcol_core::service::load(&[(path, text.clone())], &|_| None, &registry)
+            .err()
+            .expect("no debug exporter here")
+            .0;
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["exporters::debug"], "{errors:?}");
+        // A typo in it is found, with the path the collector gives it.
+        let typo = text.replace("reporter_jitter:", "reporter_jiter:");
+        let errors = profcol_core::service::load(&[("t".into(), typo)], &|_| None, &registry)
+            .err()
+            .expect("typo")
+            .0;
+        assert_eq!(errors[0].path, "receivers::profiling::reporter_jiter");
+    }
+
     #[test]
     fn invalid_config_is_refused_at_create() {
         let factory = ProfilingReceiverFactory::new(|_: &Config, _: &Filter| {

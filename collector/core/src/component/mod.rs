@@ -294,6 +294,16 @@ pub struct ExtensionContext {
     pub telemetry: Telemetry,
     /// The collector's health, for the health_check extension.
     pub status: crate::service::Status,
+    /// What the service runs, for extensions that show it (zpages).
+    pub graph: Arc<ServiceGraph>,
+}
+
+/// The running service's shape, as extensions may see it: its pipelines with their
+/// components, and its extensions, in config order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceGraph {
+    pub pipelines: Vec<crate::service::Pipeline>,
+    pub extensions: Vec<ComponentId>,
 }
 
 pub trait ExtensionFactory: Send + Sync + 'static {

@@ -20,7 +20,8 @@ use super::load::{CollectorConfig, Pipeline};
 use super::status::{ComponentStatus, Status};
 use crate::component::{
     BuildError, ComponentError, ComponentId, CreateContext, ExtensionContext, Kind, Processor,
-    ProcessorCreateContext, ReceiverContext, ReceiverOutput, Registry, Started, output::Entrance,
+    ProcessorCreateContext, ReceiverContext, ReceiverOutput, Registry, ServiceGraph, Started,
+    output::Entrance,
 };
 use crate::exporterhelper::{CatchUnwind, ExporterHandle, panic_counter};
 use crate::pdata::ProfileBatch;
@@ -73,6 +74,10 @@ pub async fn run(
     let extensions_stop = CancellationToken::new();
     let mut extension_tasks = Vec::new();
     let mut storage = Vec::new();
+    let graph = Arc::new(ServiceGraph {
+        pipelines: config.pipelines.clone(),
+        extensions: config.service_extensions.clone(),
+    });
     for id in &config.service_extensions {
         let (Some(parsed), Some(factory)) = (
             config.config_of(Kind::Extension, id),
@@ -94,6 +99,7 @@ pub async fn run(
             shutdown: extensions_stop.clone(),
             telemetry: telemetry.clone(),
             status: status.clone(),
+            graph: graph.clone(),
         };
         extension_tasks.push(spawn_component(
             label(Kind::Extension, id),

@@ -193,6 +193,7 @@ mod tests {
             shutdown: stop.clone(),
             telemetry: Telemetry::new(),
             status: status.clone(),
+            graph: Default::default(),
         };
         let task = tokio::spawn(ext.run(ectx));
         // Wait for the listener.

@@ -164,6 +164,7 @@ pub struct Config {
     pub probes: Option<Vec<Probe>>,
     pub obi_process_ctx: Option<bool>,
     pub pin_cpu_ids: Option<CpuIds>,
+    pub load_probe: Option<bool>,
 }
 
 /// One interpreter's settings under `interpreters`.
@@ -262,6 +263,7 @@ impl Default for Config {
             probes: None,
             obi_process_ctx: None,
             pin_cpu_ids: None,
+            load_probe: None,
         }
     }
 }
@@ -334,6 +336,11 @@ impl Config {
             (
                 self.probes.is_some(),
                 "probes",
+                "profcol takes no kprobe or uprobe samples",
+            ),
+            (
+                self.load_probe.is_some(),
+                "load_probe",
                 "profcol takes no kprobe or uprobe samples",
             ),
             (
@@ -925,6 +932,7 @@ mod tests {
                 "verbose_mode",
                 "pid_namespace_translation",
                 "probes",
+                "load_probe",
                 "obi_process_ctx",
                 "pin_cpu_ids",
                 "interpreters::ruby::skip_native_resume",

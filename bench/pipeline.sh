@@ -1,92 +1,130 @@
 #!/usr/bin/env bash
-# Pipeline benchmark (issue figures in README): samples/s through
-#   otlp receiver (HTTP) -> batch -> otlp exporter (gRPC, gzip) -> second profcol
-# over loopback, and RSS of the first collector under a sustained load above what its
-# exporter can send, with and without memory_limiter.
+# Pipeline benchmark, profcol and the OpenTelemetry Collector (Go, v0.165.0, built from
+# the modules pinned in integration/peers/otelcol) side by side in one run, on the same
+# load and the same sink:
+#
+#   otlp-load --OTLP/HTTP--> gateway (otlp receiver -> batch -> otlp exporter, gRPC, gzip)
+#             --> profcol sink (otlp receiver -> debug, counting what arrives)
+#
+# For each gateway: samples per second delivered to the sink, CPU seconds the gateway
+# spent (user + system) and samples per CPU-second, and peak RSS (VmHWM). Then the
+# overload case: the gateway's exporter points at a port nobody answers, with a queue
+# big enough to hold everything, with and without each one's memory_limiter (limit
+# 150 MiB, spike 30 MiB): peak RSS and how the load was refused.
 #
 #   bench/pipeline.sh [SECONDS]        (default 20 s per run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 secs=${1:-20}
 cargo build --release --locked -q -p profcol
 cargo build --release --locked -q -p profcol-integration --bin otlp-load
-bin=target/release/profcol
-load=target/release/otlp-load
+mkdir -p target/peers
+(cd integration/peers/otelcol && GOFLAGS="-buildvcs=false -mod=readonly" go build -o "$root/target/peers/otelcol-peer" ./cmd/otelcol-peer)
+bin=$root/target/release/profcol
+otelcol=$root/target/peers/otelcol-peer
+load=$root/target/release/otlp-load
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_ready() { # health-port
-  for _ in $(seq 200); do curl -sf "http://127.0.0.1:$1/" >/dev/null 2>&1 && return 0; sleep 0.05; done
-  echo "collector with health check on $1 not ready; logs:" >&2; cat "$work"/*.log >&2; return 1
+wait_port() { # port
+  for _ in $(seq 400); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done
+  echo "nothing listens on $1; logs:" >&2; tail -n 20 "$work"/*.log >&2; return 1
 }
 metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2" '$1 ~ "^"m {s+=$2} END {printf "%d", s}'; }
 cpu_seconds() { awk '{printf "%.2f", ($14+$15)/'"$(getconf CLK_TCK)"'}' "/proc/$1/stat"; }
 hwm_mib() { awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
+json() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 
-start() { # name config -> pid
-  "$bin" --config "$2" >/dev/null 2>"$work/$1.log" &
+start() { # name program-and-args...
+  local name=$1; shift
+  "$@" >/dev/null 2>"$work/$name.log" &
   echo $!
 }
+start_gateway() { # kind name config
+  if [ "$1" = profcol ]; then start "$2" "$bin" --config "$3"
+  else start "$2" "$otelcol" --config "file:$3" --feature-gates=service.profilesSupport; fi
+}
 
-# --- throughput ---------------------------------------------------------------------
-b_grpc=$(port); b_health=$(port); b_metrics=$(port)
-cat >"$work/b.yaml" <<YAML
-receivers: {otlp: {protocols: {grpc: {endpoint: "127.0.0.1:$b_grpc"}}}}
-exporters: {debug: {verbosity: basic, sampling_initial: 1, sampling_thereafter: 1000000}}
-extensions: {health_check: {endpoint: "127.0.0.1:$b_health"}}
-service:
-  extensions: [health_check]
-  telemetry: {metrics: {address: "127.0.0.1:$b_metrics"}, logs: {level: warn}}
-  pipelines: {profiles: {receivers: [otlp], exporters: [debug]}}
-YAML
-a_http=$(port); a_health=$(port); a_metrics=$(port)
-cat >"$work/a.yaml" <<YAML
-receivers: {otlp: {protocols: {http: {endpoint: "127.0.0.1:$a_http"}}}}
-processors: {batch: {}}
-exporters: {otlp: {endpoint: "127.0.0.1:$b_grpc", tls: {insecure: true}}}
-extensions: {health_check: {endpoint: "127.0.0.1:$a_health"}}
-service:
-  extensions: [health_check]
-  telemetry: {metrics: {address: "127.0.0.1:$a_metrics"}, logs: {level: warn}}
-  pipelines: {profiles: {receivers: [otlp], processors: [batch], exporters: [otlp]}}
-YAML
-b=$(start b "$work/b.yaml"); wait_ready "$b_health"
-a=$(start a "$work/a.yaml"); wait_ready "$a_health"
-a_cpu0=$(cpu_seconds "$a")
-result=$("$load" "$a_http" "$secs" 4 1000)
-sleep 2
-a_cpu=$(awk -v x="$(cpu_seconds "$a")" -v y="$a_cpu0" 'BEGIN {printf "%.2f", x-y}')
-sent=$(metric "$a_metrics" otelcol_exporter_sent_profile_samples_total)
-got=$(metric "$b_metrics" otelcol_receiver_accepted_profile_samples_total)
-echo "throughput: $result"
-echo "throughput: collector A sent $sent samples, B accepted $got; A CPU ${a_cpu}s over ${secs}s; A peak RSS $(hwm_mib "$a") MiB"
-kill -TERM "$a" "$b"; wait "$a" "$b" 2>/dev/null || true
-
-# --- overload: the exporter's destination never answers ------------------------------
-dead=$(port)
-for limiter in without with; do
-  c_http=$(port); c_health=$(port); c_metrics=$(port)
-  if [ "$limiter" = with ]; then procs="[memory_limiter, batch]"; else procs="[batch]"; fi
-  cat >"$work/c.yaml" <<YAML
-receivers: {otlp: {protocols: {http: {endpoint: "127.0.0.1:$c_http"}}}}
+# The gateway's config for each: same receiver, processors, exporter and queue.
+gateway_config() { # kind http-port exporter-port processors(flow list) queue-and-retry(flow map entries) out
+  local kind=$1 http=$2 to=$3 procs=$4 extra=$5 out=$6
+  if [ "$kind" = profcol ]; then
+    cat >"$out" <<YAML
+receivers: {otlp: {protocols: {http: {endpoint: "127.0.0.1:$http"}}}}
 processors:
   batch: {}
   memory_limiter: {check_interval: 100ms, limit_mib: 150, spike_limit_mib: 30}
-exporters:
-  otlp:
-    endpoint: "127.0.0.1:$dead"
-    tls: {insecure: true}
-    retry_on_failure: {max_elapsed_time: 0s}
-    sending_queue: {queue_size: 1000000}
-extensions: {health_check: {endpoint: "127.0.0.1:$c_health"}}
+exporters: {otlp: {endpoint: "127.0.0.1:$to", tls: {insecure: true}, compression: gzip $extra}}
 service:
-  extensions: [health_check]
-  telemetry: {metrics: {address: "127.0.0.1:$c_metrics"}, logs: {level: error}}
+  telemetry: {metrics: {level: none}, logs: {level: error}}
   pipelines: {profiles: {receivers: [otlp], processors: $procs, exporters: [otlp]}}
 YAML
-  c=$(start "c-$limiter" "$work/c.yaml"); wait_ready "$c_health"
-  result=$("$load" "$c_http" "$secs" 4 1000)
-  echo "overload $limiter memory_limiter (limit 150 MiB, spike 30): $result; peak RSS $(hwm_mib "$c") MiB; queue $(metric "$c_metrics" otelcol_exporter_queue_size) batches"
-  kill -TERM "$c"; wait "$c" 2>/dev/null || true
+  else
+    cat >"$out" <<YAML
+receivers: {otlp: {protocols: {http: {endpoint: "127.0.0.1:$http"}}}}
+processors:
+  batch: {}
+  memory_limiter: {check_interval: 100ms, limit_mib: 150, spike_limit_mib: 30}
+exporters: {otlp_grpc: {endpoint: "127.0.0.1:$to", tls: {insecure: true}, compression: gzip $extra}}
+service:
+  telemetry: {metrics: {level: none}, logs: {level: error}}
+  pipelines: {profiles: {receivers: [otlp], processors: $procs, exporters: [otlp_grpc]}}
+YAML
+  fi
+}
+
+# --- the sink both gateways send to ---------------------------------------------------
+s_grpc=$(port); s_metrics=$(port)
+cat >"$work/sink.yaml" <<YAML
+receivers: {otlp: {protocols: {grpc: {endpoint: "127.0.0.1:$s_grpc"}}}}
+exporters: {debug: {verbosity: basic, sampling_initial: 1, sampling_thereafter: 1000000}}
+service:
+  telemetry: {metrics: {address: "127.0.0.1:$s_metrics"}, logs: {level: warn}}
+  pipelines: {profiles: {receivers: [otlp], exporters: [debug]}}
+YAML
+sink=$(start sink "$bin" --config "$work/sink.yaml"); wait_port "$s_grpc"
+
+echo "One run, ${secs} s per gateway, 4 connections of 1000-sample requests; the same profcol sink behind both."
+echo
+echo "| gateway | samples/s delivered | gateway CPU | samples per CPU-second | peak RSS |"
+echo "|---|---|---|---|---|"
+for kind in profcol otelcol; do
+  http=$(port)
+  gateway_config "$kind" "$http" "$s_grpc" "[batch]" "" "$work/$kind.yaml"
+  g=$(start_gateway "$kind" "$kind" "$work/$kind.yaml"); wait_port "$http"
+  got0=$(metric "$s_metrics" otelcol_receiver_accepted_profile_samples_total)
+  cpu0=$(cpu_seconds "$g")
+  result=$("$load" "$http" "$secs" 4 1000)
+  sleep 3 # what is still in the batch processor and the exporter's queue arrives
+  cpu=$(awk -v x="$(cpu_seconds "$g")" -v y="$cpu0" 'BEGIN {printf "%.2f", x-y}')
+  got=$(( $(metric "$s_metrics" otelcol_receiver_accepted_profile_samples_total) - got0 ))
+  seconds=$(json "$result" seconds)
+  awk -v k="$kind" -v got="$got" -v s="$seconds" -v cpu="$cpu" -v rss="$(hwm_mib "$g")" 'BEGIN {
+    printf "| %s | %.2f M | %.2f s (%.2f cores) | %.2f M | %s MiB |\n", k, got / s / 1e6, cpu, cpu / s, (cpu > 0 ? got / cpu / 1e6 : 0), rss }'
+  echo "  $kind load: $result" >>"$work/details"
+  kill -TERM "$g"; wait "$g" 2>/dev/null || true
 done
+
+# --- overload: the exporter's destination never answers ------------------------------
+dead=$(port)
+echo
+echo "| gateway | memory_limiter | requests accepted / refused (429, 503) / failed | peak RSS |"
+echo "|---|---|---|---|"
+for kind in profcol otelcol; do
+  for limiter in without with; do
+    http=$(port)
+    if [ "$limiter" = with ]; then procs="[memory_limiter, batch]"; else procs="[batch]"; fi
+    gateway_config "$kind" "$http" "$dead" "$procs" \
+      ", retry_on_failure: {max_elapsed_time: 0s}, sending_queue: {queue_size: 1000000}" "$work/c.yaml"
+    g=$(start_gateway "$kind" "c-$kind-$limiter" "$work/c.yaml"); wait_port "$http"
+    result=$("$load" "$http" "$secs" 4 1000)
+    printf "| %s | %s | %s / %s / %s | %s MiB |\n" "$kind" "$limiter" \
+      "$(json "$result" requests_ok)" "$(json "$result" requests_refused)" "$(json "$result" requests_failed)" "$(hwm_mib "$g")"
+    kill -TERM "$g"; wait "$g" 2>/dev/null || true
+  done
+done
+echo
+cat "$work/details"
+kill -TERM "$sink"; wait "$sink" 2>/dev/null || true

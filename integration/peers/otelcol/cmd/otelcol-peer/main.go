@@ -1,6 +1,6 @@
 // otelcol-peer is a minimal OpenTelemetry Collector built from the upstream modules
-// (pinned in ../../go.mod): the otlp receiver, the otlp, otlphttp and debug exporters,
-// and profilesink. profcol's tests run it with --feature-gates=service.profilesSupport.
+// (pinned in ../../go.mod): the otlp receiver, the batch and memory_limiter processors,
+// the otlp_grpc, otlp_http and debug exporters, and profilesink. profcol's tests run it with --feature-gates=service.profilesSupport.
 package main
 
 import (
@@ -14,6 +14,9 @@ import (
 	"go.opentelemetry.io/collector/exporter/otlpexporter"
 	"go.opentelemetry.io/collector/exporter/otlphttpexporter"
 	"go.opentelemetry.io/collector/otelcol"
+	"go.opentelemetry.io/collector/processor"
+	"go.opentelemetry.io/collector/processor/batchprocessor"
+	"go.opentelemetry.io/collector/processor/memorylimiterprocessor"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
 	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
@@ -35,10 +38,18 @@ func factories() (otelcol.Factories, error) {
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
+	processors, err := otelcol.MakeFactoryMap[processor.Factory](
+		batchprocessor.NewFactory(),
+		memorylimiterprocessor.NewFactory(),
+	)
+	if err != nil {
+		return otelcol.Factories{}, err
+	}
 	return otelcol.Factories{
-		Receivers: receivers,
-		Exporters: exporters,
-		Telemetry: otelconftelemetry.NewFactory(),
+		Receivers:  receivers,
+		Processors: processors,
+		Exporters:  exporters,
+		Telemetry:  otelconftelemetry.NewFactory(),
 	}, nil
 }
 

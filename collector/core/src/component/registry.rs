@@ -141,6 +141,9 @@ pub struct Registry {
     pub(crate) processors: BTreeMap<&'static str, Arc<dyn ErasedProcessorFactory>>,
     pub(crate) exporters: BTreeMap<&'static str, Arc<dyn ErasedExporterFactory>>,
     pub(crate) extensions: BTreeMap<&'static str, Arc<dyn ErasedExtensionFactory>>,
+    /// What to use instead of a type this binary does not carry (otelcol-contrib's), said
+    /// when a config names it.
+    hints: BTreeMap<(Kind, &'static str), &'static str>,
 }
 
 /// Two factories of one kind with one type name is a programming error in the list.
@@ -212,6 +215,30 @@ impl Registry {
         Ok(self)
     }
 
+    /// Registers the exporter `of` under an extra name too (`otlp_grpc` for `otlp`).
+    pub fn exporter_alias(
+        &mut self,
+        alias: &'static str,
+        of: &'static str,
+    ) -> Result<&mut Self, DuplicateType> {
+        if let Some(f) = self.exporters.get(of).cloned() {
+            insert(&mut self.exporters, Kind::Exporter, alias, f)?;
+        }
+        Ok(self)
+    }
+
+    /// Says what to use instead when a config names `type_name`, a component of `kind`
+    /// this binary does not carry (`hostmetrics` → the `profiling` receiver).
+    pub fn unknown_type_hint(
+        &mut self,
+        kind: Kind,
+        type_name: &'static str,
+        hint: &'static str,
+    ) -> &mut Self {
+        self.hints.insert((kind, type_name), hint);
+        self
+    }
+
     pub fn extension(&mut self, f: impl ExtensionFactory) -> Result<&mut Self, DuplicateType> {
         let name = ExtensionFactory::type_name(&f);
         insert(&mut self.extensions, Kind::Extension, name, Arc::new(f))?;
@@ -267,14 +294,65 @@ impl Registry {
             Kind::Extension => self.extensions.get(type_name).map(|f| f.parse(value)),
         };
         found.unwrap_or_else(|| {
-            Err(vec![ConfigError::new(
-                "",
-                format!(
-                    "unknown {} type {type_name:?}; known types: {}",
-                    kind.as_str(),
-                    self.known(kind).join(", ")
+            let known = self.known(kind).join(", ");
+            let message = match self.hints.get(&(kind, type_name)) {
+                Some(hint) => format!(
+                    "unknown {kind} type {type_name:?}, which profcol does not have: {hint}; known {kind} types: {known}",
+                    kind = kind.as_str()
                 ),
-            )])
+                None => format!(
+                    "unknown {} type {type_name:?}; known types: {known}",
+                    kind.as_str()
+                ),
+            };
+            Err(vec![ConfigError::new("", message)])
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(r: &Registry, kind: Kind, type_name: &str) -> String {
+        match r.parse(kind, type_name, &Value::Null) {
+            Err(errors) => errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Ok(_) => panic!("{type_name} parsed"),
+        }
+    }
+
+    #[test]
+    fn an_unknown_type_with_a_hint_says_what_to_use_instead() {
+        let mut r = crate::testkit::registry();
+        r.unknown_type_hint(
+            Kind::Receiver,
+            "hostmetrics",
+            "host metrics are not profiles; `test_source` is what this registry has",
+        );
+        assert_eq!(
+            message(&r, Kind::Receiver, "hostmetrics"),
+            "unknown receiver type \"hostmetrics\", which profcol does not have: host metrics are not \
+             profiles; `test_source` is what this registry has; known receiver types: test_source"
+        );
+        // A hint is for its kind only; other unknown types list what there is.
+        assert_eq!(
+            message(&r, Kind::Exporter, "hostmetrics"),
+            "unknown exporter type \"hostmetrics\"; known types: test_sink"
+        );
+    }
+
+    #[test]
+    fn an_exporter_alias_parses_as_the_exporter_it_names() {
+        let mut r = crate::testkit::registry();
+        r.exporter_alias("test_sink_alias", "test_sink")
+            .expect("registers");
+        assert!(r.known(Kind::Exporter).contains(&"test_sink_alias"));
+        let value = serde_yaml_ng::from_str("name: aliased").expect("yaml");
+        assert!(r.parse(Kind::Exporter, "test_sink_alias", &value).is_ok());
+        assert!(r.exporter_alias("test_sink_alias", "test_sink").is_err());
     }
 }

@@ -41,6 +41,7 @@ const FILTER_INCLUDE_PIDS: u32 = 1 << 0;
 const FILTER_EXCLUDE_PIDS: u32 = 1 << 1;
 const FILTER_INCLUDE_CGROUPS: u32 = 1 << 2;
 const FILTER_EXCLUDE_CGROUPS: u32 = 1 << 3;
+const FILTER_SEND_IDLE: u32 = 1 << 4;
 
 // lost[] slots
 const LOST_SAMPLES: u32 = 0;
@@ -442,6 +443,15 @@ impl Profiler {
                 (MAP_EXCLUDE_CGROUPS, keys(&exclude)),
             ],
         )
+    }
+
+    /// Whether samples of the idle task (pid 0: a CPU with nothing to run) are taken,
+    /// as the OTel eBPF profiler's `send_idle_frames`. Off at load.
+    pub fn set_send_idle(&mut self, on: bool) -> Result<(), BpfError> {
+        let flags = (self.flags & !FILTER_SEND_IDLE) | flag_if(on, FILTER_SEND_IDLE);
+        self.write_config(flags)?;
+        self.flags = flags;
+        Ok(())
     }
 
     /// Switches filters without a window where a half-written set is in force:

@@ -607,3 +607,40 @@ fn invalid_configs_are_rejected() {
     .expect_err("big");
     assert!(matches!(err, BpfError::Config(_)), "{err}");
 }
+
+/// `send_idle_frames`: the idle task (pid 0) is sampled only when asked for, with the
+/// kernel stack of a CPU that waits and no user stack.
+#[test]
+fn idle_samples_only_when_asked_for() {
+    require_bpf!();
+    let _serial = serial();
+    let mut profiler = start(config());
+    // Sleeping leaves a CPU idle now and then even beside other tests.
+    let events = collect(&mut profiler, Duration::from_millis(1500));
+    assert!(
+        samples_of(&events, 0).is_empty(),
+        "{}",
+        pids_summary(&events)
+    );
+    profiler.set_send_idle(true).expect("send idle");
+    drain(&mut profiler);
+    let mut idle = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while idle.is_empty() && Instant::now() < deadline {
+        let events = collect(&mut profiler, Duration::from_millis(500));
+        idle.extend(samples_of(&events, 0).into_iter().cloned());
+    }
+    assert!(!idle.is_empty(), "no idle sample in 10 s");
+    for s in &idle {
+        assert!(s.user_stack.is_empty(), "{s:?}");
+        assert!(!s.kernel_stack.is_empty(), "{s:?}");
+    }
+    profiler.set_send_idle(false).expect("idle off");
+    drain(&mut profiler);
+    let events = collect(&mut profiler, Duration::from_millis(1000));
+    assert!(
+        samples_of(&events, 0).is_empty(),
+        "{}",
+        pids_summary(&events)
+    );
+}

@@ -101,6 +101,7 @@ struct process_event {
 #define FILTER_EXCLUDE_PIDS (1U << 1)
 #define FILTER_INCLUDE_CGROUPS (1U << 2)
 #define FILTER_EXCLUDE_CGROUPS (1U << 3)
+#define FILTER_SEND_IDLE (1U << 4) /* keep samples of the idle task (send_idle_frames) */
 
 struct filter_config {
 	u32 flags;     /* FILTER_*: which sets are non-empty */
@@ -726,10 +727,11 @@ static __always_inline bool wanted(u32 tgid)
 	struct filter_config *cfg;
 	u64 cgroup_id;
 
-	if (tgid == 0) /* idle (swapper): nothing to attribute */
-		return false;
 	cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
+		return false;
+	/* The idle task (swapper, pid 0) only where asked for: it is where a CPU waits. */
+	if (tgid == 0 && !(cfg->flags & FILTER_SEND_IDLE))
 		return false;
 	if (cfg->self_tgid != 0 && tgid == cfg->self_tgid)
 		return false;

@@ -4,6 +4,9 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -72,6 +75,7 @@ pub(crate) fn symbolize(address: u64, return_address: bool) -> Vec<Symbol> {
     let Ok(lookup) = usize::try_from(lookup) else {
         return out;
     };
+    note_symbolized();
     backtrace::resolve(lookup as *mut std::ffi::c_void, |s| {
         let Some(raw) = s.name() else {
             return;
@@ -87,6 +91,37 @@ pub(crate) fn symbolize(address: u64, return_address: bool) -> Vec<Symbol> {
         });
     });
     out
+}
+
+/// While set (a `save_to_file` recording is waiting to be written at shutdown), the
+/// symbolizer's caches are kept however long they sit unused.
+pub(crate) static KEEP_SYMBOL_CACHE: AtomicBool = AtomicBool::new(false);
+
+/// When addresses were last symbolized.
+static LAST_SYMBOLIZED: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// Gives back what symbolizing took (the executable's line tables, tens of MiB for a large
+/// binary) once no profile has been made for `idle`: a scraper profiling every few
+/// seconds keeps them, a person's occasional `go tool pprof` does not hold them for good.
+/// Says whether it did.
+pub(crate) fn release_idle_symbol_cache(idle: Duration) -> bool {
+    let mut last = LAST_SYMBOLIZED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match *last {
+        Some(at) if at.elapsed() >= idle && !KEEP_SYMBOL_CACHE.load(Ordering::Relaxed) => {
+            backtrace::clear_symbol_cache();
+            *last = None;
+            true
+        }
+        _ => false,
+    }
+}
+
+fn note_symbolized() {
+    *LAST_SYMBOLIZED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
 }
 
 /// Builds one pprof `Profile`, interning strings, functions, locations and mappings.
@@ -321,6 +356,19 @@ garbage line
                 },
             ]
         );
+    }
+
+    #[test]
+    fn symbol_caches_are_released_only_when_idle_and_not_kept() {
+        let _ = symbolize(a_function_to_find(), false);
+        assert!(!release_idle_symbol_cache(Duration::from_secs(3600)));
+        KEEP_SYMBOL_CACHE.store(true, Ordering::Relaxed);
+        assert!(!release_idle_symbol_cache(Duration::ZERO));
+        KEEP_SYMBOL_CACHE.store(false, Ordering::Relaxed);
+        assert!(release_idle_symbol_cache(Duration::ZERO));
+        assert!(!release_idle_symbol_cache(Duration::ZERO), "once");
+        // Symbolizing again after a release works (the tables load again).
+        assert!(!symbolize(a_function_to_find(), false).is_empty());
     }
 
     #[inline(never)]

@@ -256,10 +256,44 @@ pub enum HeapView {
     Allocs,
 }
 
-/// Functions of the allocator itself, cut from the top of each stack: everything up to
-/// the last jemalloc entry point (`_rjem_malloc`, `_rjem_mallocx`, `_rjem_je_prof_...`).
-fn is_allocator_frame(name: &str) -> bool {
+/// Functions of jemalloc itself: everything up to its last entry point (`_rjem_malloc`,
+/// `_rjem_mallocx`, `_rjem_je_prof_...`) is cut from the top of each stack.
+fn is_jemalloc_frame(name: &str) -> bool {
     name.starts_with("_rjem_")
+}
+
+/// Rust's allocation shims between the caller and jemalloc (`__rust_alloc`, `alloc::alloc`,
+/// tikv-jemallocator's `GlobalAlloc`): cut too, as Go's heap profiles start at the
+/// function that allocated, not in `mallocgc`. `RawVec` growth stays: it says a `Vec` grew.
+fn is_allocator_shim(name: &str) -> bool {
+    name.starts_with("<tikv_jemallocator::")
+        || name.starts_with("tikv_jemallocator::")
+        || name.starts_with("__rustc::__rust_")
+        || name.starts_with("__rust_alloc")
+        || name.starts_with("__rust_realloc")
+        || name.starts_with("alloc::alloc::")
+        || name.starts_with("<alloc::alloc::Global")
+}
+
+/// Where the caller's frames start in a heap stack: past jemalloc and Rust's shims.
+fn first_caller_frame(b: &mut ProfileBuilder, addresses: &[u64]) -> usize {
+    let mut from = 0;
+    for (i, &address) in addresses.iter().enumerate().take(16) {
+        if b.symbols(address, true)
+            .iter()
+            .any(|s| is_jemalloc_frame(&s.name))
+        {
+            from = i + 1;
+        }
+    }
+    while let Some(&address) = addresses.get(from) {
+        let symbols = b.symbols(address, true);
+        if symbols.is_empty() || !symbols.iter().all(|s| is_allocator_shim(&s.name)) {
+            break;
+        }
+        from += 1;
+    }
+    from
 }
 
 pub(crate) fn encode(dump: &Dump, view: HeapView) -> pp::Profile {
@@ -289,15 +323,7 @@ pub(crate) fn encode(dump: &Dump, view: HeapView) -> pp::Profile {
         if alloc_objects == 0 && inuse_objects == 0 {
             continue;
         }
-        let mut from = 0;
-        for (i, &address) in stack.addresses.iter().enumerate().take(16) {
-            if b.symbols(address, true)
-                .iter()
-                .any(|s| is_allocator_frame(&s.name))
-            {
-                from = i + 1;
-            }
-        }
+        let from = first_caller_frame(&mut b, &stack.addresses);
         let Some(addresses) = stack.addresses.get(from..).filter(|a| !a.is_empty()) else {
             continue;
         };

@@ -255,6 +255,27 @@ fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// How long symbolization caches stay after the last profile.
+const SYMBOLS_KEPT_FOR: Duration = Duration::from_secs(120);
+
+/// Gives the symbolizer's memory back once profiles have stopped coming.
+async fn release_idle_symbols(stop: CancellationToken) {
+    let mut tick = tokio::time::interval(SYMBOLS_KEPT_FOR / 4);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let released =
+            tokio::task::spawn_blocking(|| encode::release_idle_symbol_cache(SYMBOLS_KEPT_FOR))
+                .await
+                .unwrap_or(false);
+        if released {
+            tracing::debug!("pprof: symbolization caches released");
+        }
+    }
+}
+
 /// Writes `bytes` to `path` whole or not at all (a temporary name, then a rename).
 fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut temporary = path.as_os_str().to_owned();
@@ -278,8 +299,9 @@ impl WholeRun {
             let slot = cpu::CpuSlot::claim("save_to_file is recording the whole run")
                 .map_err(|e| e.to_string())?;
             let recording = cpu::Recording::start(slot).map_err(|e| e.to_string())?;
-            // Loads the executable's line tables now, so writing the file at shutdown,
-            // which the collector waits for only briefly, does not have to.
+            // Loads the executable's line tables now and keeps them, so writing the file
+            // at shutdown, which the collector waits for only briefly, does not have to.
+            encode::KEEP_SYMBOL_CACHE.store(true, std::sync::atomic::Ordering::Relaxed);
             let _ = encode::symbolize(WholeRun::start as *const () as usize as u64, false);
             Ok(WholeRun { recording, path })
         })
@@ -291,6 +313,7 @@ impl WholeRun {
         let WholeRun { recording, path } = self;
         let shown = path.display().to_string();
         let written = tokio::task::spawn_blocking(move || {
+            encode::KEEP_SYMBOL_CACHE.store(false, std::sync::atomic::Ordering::Relaxed);
             let profile = recording.finish().map_err(|e| e.to_string())?;
             let samples = profile.sample.len();
             write_whole(&path, &encode::gzipped(&profile))
@@ -344,6 +367,7 @@ impl Extension for PprofExtension {
             None => None,
         };
         tracing::info!(endpoint = %shown, "pprof: profiles at /debug/pprof/");
+        let janitor = tokio::spawn(release_idle_symbols(ctx.shutdown.clone()));
         let stop = ctx.shutdown.clone();
         let served = axum::serve(
             listener,
@@ -353,6 +377,7 @@ impl Extension for PprofExtension {
         )
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;
+        janitor.abort();
         if let Some(w) = whole_run {
             w.finish().await;
         }

@@ -175,6 +175,8 @@ impl Live {
                 .block_on(ext.run(ectx))
         });
         wait_for_port(port);
+        // Answered once the extension serves (after save_to_file's recording started).
+        assert_eq!(get(port, "/debug/pprof/").status, 200);
         Live {
             port,
             stop,
@@ -592,13 +594,18 @@ fn heap_profiles_are_read_by_go_tool_pprof_and_by_profcol() {
         (held - want).abs() < want / 4,
         "inuse_space in the hoard: {held}, want about {want}"
     );
-    // jemalloc's own frames are cut off the top of each stack.
+    // jemalloc's own frames and Rust's allocation shims are cut off the top of each stack.
     for s in &heap.sample {
         let top = &heap.location[s.location_id[0] as usize - 1];
         for line in &top.line {
             let f = &heap.function[line.function_id as usize - 1];
             let name = &heap.string_table[f.name as usize];
-            assert!(!name.starts_with("_rjem_"), "{name} on top");
+            assert!(
+                !name.starts_with("_rjem_")
+                    && !name.starts_with("<tikv_jemallocator::")
+                    && !name.starts_with("__rustc::__rust_"),
+                "{name} on top"
+            );
         }
     }
     if let Some(raw) = go_tool_pprof_raw(&reply.body, "heap.pb.gz") {

@@ -123,8 +123,21 @@ async fn termination() {
     let _ = interrupt.await;
 }
 
+/// With the pprof extension in `service::extensions`, jemalloc's heap profiler must be on
+/// from the allocator's start: this restarts profcol in place once to switch it on (same
+/// pid and arguments), before anything has started. Without the extension it stays off.
+fn heap_profiling_for(config: &CollectorConfig) -> Option<String> {
+    config
+        .service_extensions
+        .iter()
+        .any(|id| id.type_name() == profcol_extension_pprof::TYPE_NAME)
+        .then(profcol_extension_pprof::ensure_heap_profiling)
+        .and_then(Result::err)
+}
+
 pub fn run(configs: &[String], feature_gates: &[String]) -> anyhow::Result<()> {
     let config = load(configs)?;
+    let heap_profiling_off = heap_profiling_for(&config);
     if configs.is_empty() {
         let out = std::env::var("PROFCOL_OUTPUT").unwrap_or_else(|_| "./profiles".into());
         eprintln!(
@@ -141,6 +154,9 @@ pub fn run(configs: &[String], feature_gates: &[String]) -> anyhow::Result<()> {
     }
     for w in &config.warnings {
         tracing::warn!("{w}");
+    }
+    if let Some(why) = heap_profiling_off {
+        tracing::warn!("pprof extension: no heap profiles: {why}");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

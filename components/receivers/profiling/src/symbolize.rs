@@ -26,7 +26,7 @@ use blazesym::symbolize::{self as bz, Input};
 
 use crate::BadInputCounters;
 use crate::elf::{ElfFile, ProgramHeader, file_offset_to_vaddr};
-use crate::gopclntab::{GoTable, GoTableError};
+use crate::gopclntab::{GoFrame, GoTable, GoTableError};
 use crate::process::{ExecutableFile, FileKey, MappingKind};
 use crate::safe_file::{FileLocation, VerifiedFile};
 
@@ -417,12 +417,7 @@ impl Worker {
                     .and_then(|vaddr| go.table.lookup(vaddr));
                 *slot = frame.map(|f| {
                     Arc::new(Symbolized {
-                        lines: vec![SymLine {
-                            function: f.function,
-                            file: f.file,
-                            line: f.line.unwrap_or(0),
-                            column: 0,
-                        }],
+                        lines: lines_from_go(f),
                         frame_type: FrameType::Go,
                     })
                 });
@@ -640,6 +635,22 @@ pub fn lines_from_sym(sym: &bz::Sym<'_>) -> Vec<SymLine> {
     lines
 }
 
+/// OTLP lines from a Go frame: like DWARF's, inlined functions innermost first, then the
+/// function the code is compiled into, each at its own file and line (Go records no
+/// columns).
+pub fn lines_from_go(frame: GoFrame) -> Vec<SymLine> {
+    frame
+        .lines
+        .into_iter()
+        .map(|l| SymLine {
+            function: l.function,
+            file: l.file,
+            line: l.line.unwrap_or(0),
+            column: 0,
+        })
+        .collect()
+}
+
 /// Whether kallsyms shows addresses (it shows zeros to readers without `CAP_SYSLOG` when
 /// `kptr_restrict` is set).
 pub fn kallsyms_has_addresses(path: &Path) -> bool {
@@ -729,6 +740,59 @@ mod tests {
             again[0][0].as_ref().expect("cached"),
             out[0][0].as_ref().expect("first")
         ));
+    }
+
+    /// A stripped Go 1.20+ program, running: a return address inside two inlined calls
+    /// becomes one location whose lines are the two inlined functions, innermost first,
+    /// then the function they are compiled into, each at the file and line Go's own
+    /// `runtime.CallersFrames` gives in that process.
+    #[test]
+    fn inlined_go_functions_are_lines_of_one_location() {
+        use crate::testutil::{GoBuild, go_inline_program};
+        for build in [GoBuild::Static, GoBuild::Pie] {
+            let Some(program) = go_inline_program(build) else {
+                return;
+            };
+            let mut oracle = program.oracle();
+            let pid = oracle.pid();
+            let pc = oracle.probe - 1;
+            let want = oracle.frames(&[pc]).remove(0);
+            assert_eq!(want.len(), 3, "{want:?}");
+            let mut table = ProcessTable::new(
+                ProcFs::default(),
+                Duration::from_secs(30),
+                Filter::allow_all(),
+            );
+            let m = table.load(pid, 1).find_mapping(pc).expect("mapped").clone();
+            assert!(m.file.as_ref().is_some_and(|f| f.is_go), "seen as Go");
+            let s = Symbolizer::new(SymbolizerOptions::default());
+            let out = s.symbolize_files(vec![FileRequest {
+                kind: m.kind,
+                file: m.file.clone(),
+                locations: m.locations(&ProcFs::default(), pid),
+                host_path: None,
+                offsets: vec![m.file_offset(pc)],
+            }]);
+            let frame = out[0][0].as_ref().expect("symbolized");
+            assert_eq!(frame.frame_type, FrameType::Go);
+            let got: Vec<(String, String, u32)> = frame
+                .lines
+                .iter()
+                .map(|l| {
+                    (
+                        l.function.clone(),
+                        l.file.clone().unwrap_or_default(),
+                        l.line,
+                    )
+                })
+                .collect();
+            assert_eq!(got, want, "{build:?}");
+            assert_eq!(got[0].0, "main.probeInner");
+            assert!(
+                frame.lines.iter().all(|l| l.column == 0),
+                "Go has no columns"
+            );
+        }
     }
 
     #[test]

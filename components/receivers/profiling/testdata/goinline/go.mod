@@ -1,0 +1,3 @@
+module profcol.test/goinline
+
+go 1.18

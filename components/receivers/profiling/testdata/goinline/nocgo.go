@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package main
+
+func cTwice(x int) int { return 2 * x }

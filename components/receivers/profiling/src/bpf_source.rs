@@ -33,7 +33,12 @@ impl SourceOpener for BpfOpener {
             ring_buffer_bytes: RING_BUFFER_BYTES,
             ..ProfilerConfig::default()
         };
-        let profiler = Profiler::start(&settings).map_err(|e| SourceError(e.to_string()))?;
+        let mut profiler = Profiler::start(&settings).map_err(|e| SourceError(e.to_string()))?;
+        if config.send_idle_frames {
+            profiler
+                .set_send_idle(true)
+                .map_err(|e| SourceError(e.to_string()))?;
+        }
         tracing::info!(
             cpus = profiler.cpus().len(),
             hz = config.samples_per_second,

@@ -413,12 +413,6 @@ impl Config {
                 go_off.join(", ")
             ));
         }
-        if self.send_idle_frames {
-            out.push(
-                "send_idle_frames: the BPF sampler drops samples of the idle task (pid 0) in the kernel, so none reach the receiver yet"
-                    .to_owned(),
-            );
-        }
         out
     }
 }
@@ -915,7 +909,7 @@ mod tests {
         // One warning names every implementation setting, and one each says what is not
         // built.
         let warnings = c.start_warnings();
-        assert_eq!(warnings.len(), 5, "{warnings:#?}");
+        assert_eq!(warnings.len(), 4, "{warnings:#?}");
         let ignored: Vec<&str> = c.ignored_keys().iter().map(|(k, _)| *k).collect();
         assert_eq!(
             ignored,
@@ -952,7 +946,6 @@ mod tests {
             warnings[2]
         );
         assert!(warnings[3].starts_with("interpreters: go disabled has no effect"));
-        assert!(warnings[4].starts_with("send_idle_frames:"));
     }
 
     #[test]

@@ -119,44 +119,209 @@ fn a_c_program_shows_its_call_chain_and_a_sample_count_near_hz_times_cpu() {
     assert!(p.collector.stop().success());
 }
 
+/// One function of a location as the file exporter wrote it: (function, file, line).
+type Line = (String, String, i64);
+
+/// Every sample of `pid` in the OTLP/JSON lines at `out`, as (count, stack): each stack
+/// leaf first, each location its lines innermost first.
+fn stacks_with_lines(out: &Path, pid: u32) -> Vec<(u64, Vec<Vec<Line>>)> {
+    use serde_json::Value;
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let n = |v: &Value| {
+        v.as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .unwrap_or(0)
+    };
+    let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+    let mut found = Vec::new();
+    for doc in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    {
+        let d = &doc["dictionary"];
+        let strings = list(&d["stringTable"]);
+        let string = |i: i64| {
+            strings
+                .get(i as usize)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let (functions, locations, stacks) = (
+            list(&d["functionTable"]),
+            list(&d["locationTable"]),
+            list(&d["stackTable"]),
+        );
+        let location = |i: i64| -> Vec<Line> {
+            let loc = locations.get(i as usize).cloned().unwrap_or_default();
+            list(&loc["lines"])
+                .iter()
+                .map(|l| {
+                    let f = functions
+                        .get(n(&l["functionIndex"]) as usize)
+                        .cloned()
+                        .unwrap_or_default();
+                    (
+                        string(n(&f["nameStrindex"])),
+                        string(n(&f["filenameStrindex"])),
+                        n(&l["line"]),
+                    )
+                })
+                .collect()
+        };
+        for rp in list(&doc["resourceProfiles"]) {
+            let ours = list(&rp["resource"]["attributes"]).iter().any(|kv| {
+                kv["key"] == "process.pid" && n(&kv["value"]["intValue"]) == i64::from(pid)
+            });
+            if !ours {
+                continue;
+            }
+            for p in list(&rp["scopeProfiles"])
+                .iter()
+                .flat_map(|sp| list(&sp["profiles"]))
+            {
+                for sample in list(&p["samples"]) {
+                    let stack = stacks
+                        .get(n(&sample["stackIndex"]) as usize)
+                        .map(|s| {
+                            list(&s["locationIndices"])
+                                .iter()
+                                .map(|i| location(n(i)))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let count = list(&sample["timestampsUnixNano"]).len() as u64;
+                    found.push((count, stack));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// `components/receivers/profiling/testdata/goinline`, built stripped with Go's own
+/// linker: its hot function has `mix`, and in it `rotl`, inlined.
 #[test]
-fn a_stripped_go_binary_is_symbolized_from_gopclntab() {
+fn a_stripped_go_binary_is_symbolized_from_gopclntab_with_inlined_functions() {
     if !root() || !have_peer("go", "symbolizing a stripped Go binary") {
         return;
     }
     let dir = scratch("ebpf-go");
-    let bin = dir.join("gospin");
+    let bin = dir.join("goinline");
+    let source = repo().join("components/receivers/profiling/testdata/goinline");
     let ok = Command::new("go")
         .args(["build", "-ldflags=-s -w", "-o"])
         .arg(&bin)
-        .arg(repo().join("integration/peers/native/gospin.go"))
-        .env("GO111MODULE", "off")
+        .arg(".")
+        .current_dir(&source)
+        .env("CGO_ENABLED", "0")
+        // Only the standard library: nothing to fetch, and no other toolchain.
+        .env("GOFLAGS", "-mod=readonly")
+        .env("GOPROXY", "off")
+        .env("GOTOOLCHAIN", "local")
         .env("HOME", std::env::temp_dir())
         .env("GOCACHE", dir.join("gocache"))
         .status()
         .expect("go build");
     assert!(ok.success());
+    let main_go = std::fs::canonicalize(source.join("main.go")).expect("main.go");
+    let text = std::fs::read_to_string(&main_go).expect("main.go");
+    let line = |name: &str| {
+        let tag = format!("// line:{name}");
+        text.lines()
+            .position(|l| l.trim_end().ends_with(&tag))
+            .unwrap_or_else(|| panic!("no {tag}")) as i64
+            + 1
+    };
+    let main_go = main_go.display().to_string();
+
     let p = start(&dir, 99, "");
     // Long enough that the exec event is handled while the process still runs, even on a
     // loaded machine.
-    let child = Command::new(&bin).arg("4").spawn().expect("gospin");
+    let child = Command::new(&bin).arg("4").spawn().expect("goinline");
     let pid = child.id();
     assert!(child.wait_with_output().expect("ran").status.success());
+    let hot = |s: &(u64, Vec<Vec<Line>>)| s.1.iter().flatten().any(|l| l.0 == "main.profcolHot");
     let found = eventually(Duration::from_secs(20), || {
-        samples_of(&p.out, pid)
+        stacks_with_lines(&p.out, pid)
             .iter()
-            .any(|s| s.frames.iter().any(|f| f == "main.gospinHotLoop"))
+            .filter(|s| hot(s))
+            .map(|s| s.0)
+            .sum::<u64>()
+            >= 100
     });
-    assert!(
-        found,
-        "main.gospinHotLoop not found:\n{}",
-        p.collector.logs()
-    );
-    let samples = samples_of(&p.out, pid);
-    let go_frames = samples
+    assert!(found, "main.profcolHot not found:\n{}", p.collector.logs());
+    std::thread::sleep(Duration::from_secs(2));
+    let samples: Vec<_> = stacks_with_lines(&p.out, pid)
+        .into_iter()
+        .filter(hot)
+        .collect();
+    let total: u64 = samples.iter().map(|s| s.0).sum();
+
+    // Stacks are whole: the Go functions, leaf first, are the inlined ones (if any), then
+    // the hot function and its non-inlined callers down to runtime.goexit.
+    let chain = [
+        "main.profcolHot",
+        "main.profcolChainB",
+        "main.profcolChainA",
+        "main.main",
+        "runtime.main",
+        "runtime.goexit",
+    ];
+    let whole: u64 = samples
         .iter()
-        .flat_map(|s| s.frame_types.iter())
-        .filter(|t| *t == "go")
+        .filter(|(_, stack)| {
+            let names: Vec<&str> = stack.iter().flatten().map(|l| l.0.as_str()).collect();
+            let leaf = names.iter().take_while(|n| **n != chain[0]).count();
+            names[leaf..] == chain
+                && names[..leaf]
+                    .iter()
+                    .all(|n| ["main.rotl", "main.mix"].contains(n))
+        })
+        .map(|s| s.0)
+        .sum();
+    assert!(
+        whole as f64 >= total as f64 * 0.9,
+        "{whole} of {total} stacks are rotl/mix inlined, then {chain:?}"
+    );
+
+    // The inlined functions are lines of the hot function's own location, each at its
+    // own file and line: rotl's body, its call in mix, mix's call in profcolHot.
+    let (mut inlined, mut with_rotl) = (0u64, 0u64);
+    for (count, stack) in &samples {
+        let leaf = &stack[0];
+        if leaf.len() < 2 {
+            continue;
+        }
+        let at = |i: usize| (leaf[i].0.as_str(), leaf[i].1.as_str(), leaf[i].2);
+        assert_eq!(
+            at(leaf.len() - 1),
+            ("main.profcolHot", &*main_go, line("hot-mix"))
+        );
+        assert_eq!(leaf[leaf.len() - 2].0, "main.mix", "{leaf:?}");
+        assert!(leaf.iter().all(|l| l.1 == main_go), "{leaf:?}");
+        if leaf.len() == 3 {
+            assert_eq!(at(0), ("main.rotl", &*main_go, line("rotl")));
+            assert!(
+                [line("mix-rotl13"), line("mix-rotl29")].contains(&leaf[1].2),
+                "{leaf:?}"
+            );
+            with_rotl += count;
+        }
+        inlined += count;
+    }
+    eprintln!(
+        "goinline: {total} samples in profcolHot, {whole} whole, {inlined} in inlined code ({with_rotl} two levels deep)"
+    );
+    assert!(
+        inlined as f64 >= total as f64 * 0.3 && with_rotl > 0,
+        "{inlined} of {total} samples in inlined code, {with_rotl} in rotl"
+    );
+    let go_frames = read_samples(&p.out)
+        .iter()
+        .filter(|s| s.resource.get("process.pid") == Some(&pid.to_string()))
+        .flat_map(|s| s.frame_types.clone())
+        .filter(|t| t == "go")
         .count();
     assert!(go_frames > 0, "Go frames are typed go");
     assert!(p.collector.stop().success());

@@ -37,14 +37,24 @@ func mix(x uint64) uint64 {
 	return x
 }
 
+// profcolHot makes a call (never taken), so that it keeps a frame pointer: Go
+// binaries have no .eh_frame, so they are walked by frame pointers, which skip the
+// caller of a function without a frame (a leaf).
+//
 //go:noinline
 func profcolHot(n int, seed uint64) uint64 {
 	s := seed
 	for i := 0; i < n; i++ {
 		s = mix(s + uint64(i)) // line:hot-mix
 	}
+	if s == 0 {
+		profcolNever()
+	}
 	return s
 }
+
+//go:noinline
+func profcolNever() { os.Exit(5) }
 
 //go:noinline
 func profcolChainB(until time.Time) uint64 {

@@ -1106,7 +1106,7 @@ pub(crate) mod tests {
 
     /// An ELF64 file of `sections` (PROGBITS each, in file order after the header), with
     /// no program headers.
-    pub(crate) fn tiny_elf(sections: &[Section<'_>]) -> Vec<u8> {
+    fn tiny_elf(sections: &[Section<'_>]) -> Vec<u8> {
         let mut names = b"\0.shstrtab\0".to_vec();
         let mut f = vec![0u8; 64];
         let mut headers = vec![[0u64; 8]];
@@ -1115,15 +1115,33 @@ pub(crate) mod tests {
             let name_at = names.len() as u64;
             names.extend(name.as_bytes());
             names.push(0);
-            while f.len() % 8 != 0 {
+            while !f.len().is_multiple_of(8) {
                 f.push(0);
             }
-            headers.push([name_at | (1 << 32), 0, *addr, f.len() as u64, bytes.len() as u64, 0, 8, 0]);
+            headers.push([
+                name_at | (1 << 32),
+                0,
+                *addr,
+                f.len() as u64,
+                bytes.len() as u64,
+                0,
+                8,
+                0,
+            ]);
             f.extend(*bytes);
         }
-        headers.push([strtab_name | (3 << 32), 0, 0, f.len() as u64, names.len() as u64, 0, 1, 0]);
+        headers.push([
+            strtab_name | (3 << 32),
+            0,
+            0,
+            f.len() as u64,
+            names.len() as u64,
+            0,
+            1,
+            0,
+        ]);
         f.extend(&names);
-        while f.len() % 8 != 0 {
+        while !f.len().is_multiple_of(8) {
             f.push(0);
         }
         let shoff = f.len() as u64;
@@ -1159,7 +1177,7 @@ pub(crate) mod tests {
     /// as a cgo binary has it): the module data says where Go's text starts and where
     /// the inline trees are, from its own section (Go 1.26), from inside `.noptrdata`
     /// (before), and with the trees in `.rodata` (before Go 1.22).
-    pub(crate) fn module_data_elves() -> Vec<(&'static str, Vec<u8>)> {
+    fn module_data_elves() -> Vec<(&'static str, Vec<u8>)> {
         let (mut table, gofunc) = inlining_table(Version::Go120);
         table[8 + 16..8 + 24].copy_from_slice(&0u64.to_le_bytes());
         let text = vec![0xccu8; 0x200];
@@ -1221,7 +1239,10 @@ pub(crate) mod tests {
         let (mut table, _) = inlining_table(Version::Go120);
         table[8 + 16..8 + 24].copy_from_slice(&0u64.to_le_bytes());
         let text = vec![0xccu8; 0x200];
-        let bare = tiny_elf(&[(".text", 0x401000, &text), (".gopclntab", 0x4d_0000, &table)]);
+        let bare = tiny_elf(&[
+            (".text", 0x401000, &text),
+            (".gopclntab", 0x4d_0000, &table),
+        ]);
         let t = GoTable::from_elf(&ElfFile::from_bytes(bare).expect("elf")).expect("table");
         assert_eq!(t.text_start(), 0x401000);
         assert!(!t.has_inline_trees());

@@ -12,6 +12,11 @@ const FIXTURES: &[&str] = &[
     "go-allocs.pb.gz",
     "go-goroutine.pb.gz",
     "go-mutex.pb.gz",
+    "go126-cpu.pb.gz",
+    "go126-heap.pb.gz",
+    "go126-allocs.pb.gz",
+    "go126-goroutine.pb.gz",
+    "go126-mutex.pb.gz",
     "node-wall.pb.gz",
 ];
 

@@ -1,7 +1,7 @@
 // Command fixgen writes real Go runtime/pprof profiles used as test fixtures
 // by profcol. Standard library only.
 //
-//	go build -o /tmp/fixgen main.go && /tmp/fixgen -out ../../pprof
+//	go build -o /tmp/fixgen . && /tmp/fixgen -out ../../pprof [-prefix go126-]
 package main
 
 import (
@@ -133,6 +133,7 @@ func lookup(name string) func(f *os.File) error {
 func main() {
 	out := flag.String("out", ".", "output directory")
 	cpuDur := flag.Duration("cpu", 2500*time.Millisecond, "duration of CPU workload")
+	prefix := flag.String("prefix", "go-", "file name prefix (cpu.pb.gz, heap.pb.gz, ... follow it)")
 	flag.Parse()
 	runtime.MemProfileRate = 4096
 	runtime.SetMutexProfileFraction(1)
@@ -141,7 +142,7 @@ func main() {
 	}
 
 	// CPU
-	write(*out, "go-cpu.pb.gz", func(f *os.File) error {
+	write(*out, *prefix+"cpu.pb.gz", func(f *os.File) error {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
@@ -154,8 +155,8 @@ func main() {
 	allocSmall()
 	allocLarge()
 	runtime.GC() // heap profile reflects state as of the last GC
-	write(*out, "go-heap.pb.gz", lookup("heap"))
-	write(*out, "go-allocs.pb.gz", lookup("allocs"))
+	write(*out, *prefix+"heap.pb.gz", lookup("heap"))
+	write(*out, *prefix+"allocs.pb.gz", lookup("allocs"))
 
 	// goroutine
 	ch := make(chan struct{})
@@ -171,7 +172,7 @@ func main() {
 	}
 	started.Wait()
 	time.Sleep(50 * time.Millisecond)
-	write(*out, "go-goroutine.pb.gz", lookup("goroutine"))
+	write(*out, *prefix+"goroutine.pb.gz", lookup("goroutine"))
 	close(ch)
 	release.Done()
 
@@ -188,6 +189,6 @@ func main() {
 		}
 	}
 	wg.Wait()
-	write(*out, "go-mutex.pb.gz", lookup("mutex"))
+	write(*out, *prefix+"mutex.pb.gz", lookup("mutex"))
 	runtime.KeepAlive(keep)
 }

@@ -342,6 +342,11 @@ async fn every_fixture_renders_well_formed() {
         "go-goroutine.pb.gz",
         "go-heap.pb.gz",
         "go-mutex.pb.gz",
+        "go126-allocs.pb.gz",
+        "go126-cpu.pb.gz",
+        "go126-goroutine.pb.gz",
+        "go126-heap.pb.gz",
+        "go126-mutex.pb.gz",
         "node-wall.pb.gz",
     ] {
         e.export(batch_of(&fixture(name), name.trim_end_matches(".pb.gz")))
@@ -354,6 +359,11 @@ async fn every_fixture_renders_well_formed() {
         "go-goroutine",
         "go-heap",
         "go-mutex",
+        "go126-allocs",
+        "go126-cpu",
+        "go126-goroutine",
+        "go126-heap",
+        "go126-mutex",
         "node-wall",
     ] {
         let svc = dir.join(service);

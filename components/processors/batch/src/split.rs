@@ -531,6 +531,11 @@ pub(crate) mod tests {
             "go-goroutine.pb.gz",
             "go-heap.pb.gz",
             "go-mutex.pb.gz",
+            "go126-allocs.pb.gz",
+            "go126-cpu.pb.gz",
+            "go126-goroutine.pb.gz",
+            "go126-heap.pb.gz",
+            "go126-mutex.pb.gz",
             "node-wall.pb.gz",
         ] {
             let batch = pprof_batch(name);

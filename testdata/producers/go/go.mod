@@ -1,0 +1,3 @@
+module profcol.test/fixgen
+
+go 1.18

@@ -1421,6 +1421,9 @@ pub(crate) mod tests {
                     pcs.extend((entry..end).step_by(step));
                 }
             }
+            // Go 1.26's CallersFrames expands a lone pc's inlined callers; Go 1.21's
+            // gives the innermost function only, and then only that is compared.
+            let expands = oracle.frames(&[oracle.probe - 1])[0].len() > 1;
             let relocated: Vec<u64> = pcs.iter().map(|pc| pc + bias).collect();
             let answers = oracle.frames(&relocated);
             let (mut inlined, mut mismatches) = (0usize, Vec::new());
@@ -1436,7 +1439,8 @@ pub(crate) mod tests {
                     })
                     .collect();
                 // Go's runtime names nothing at name offset 0 (the first function).
-                let same = got.len() == want.len()
+                let compared = if expands { got.len() } else { 1 };
+                let same = got.len().min(compared) == want.len()
                     && got
                         .iter()
                         .zip(want)
@@ -1444,7 +1448,7 @@ pub(crate) mod tests {
                 if !same {
                     mismatches.push(format!("{pc:#x}: ours {got:?}, Go's {want:?}"));
                 }
-                inlined += usize::from(want.len() > 1);
+                inlined += usize::from(got.len() > 1);
             }
             assert!(
                 mismatches.is_empty(),
@@ -1455,8 +1459,13 @@ pub(crate) mod tests {
             );
             assert!(inlined > 1000, "{build:?}: {inlined} pcs in inlined code");
             eprintln!(
-                "{build:?}: {} pcs match Go's runtime, {inlined} of them in inlined code",
-                pcs.len()
+                "{build:?}: {} pcs match Go's runtime ({}), {inlined} of them in inlined code",
+                pcs.len(),
+                if expands {
+                    "every function"
+                } else {
+                    "innermost function: this Go's CallersFrames expands no more"
+                }
             );
 
             let main_go = program.main_go();

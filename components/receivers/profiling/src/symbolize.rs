@@ -757,7 +757,7 @@ mod tests {
             let pid = oracle.pid();
             let pc = oracle.probe - 1;
             let want = oracle.frames(&[pc]).remove(0);
-            assert_eq!(want.len(), 3, "{want:?}");
+            assert!(!want.is_empty(), "Go names the pc");
             let mut table = ProcessTable::new(
                 ProcFs::default(),
                 Duration::from_secs(30),
@@ -786,8 +786,13 @@ mod tests {
                     )
                 })
                 .collect();
-            assert_eq!(got, want, "{build:?}");
-            assert_eq!(got[0].0, "main.probeInner");
+            // Go 1.21's CallersFrames gives the innermost function of a lone pc only.
+            assert_eq!(got[..want.len()], want, "{build:?}");
+            let names: Vec<&str> = got.iter().map(|l| l.0.as_str()).collect();
+            assert_eq!(
+                names,
+                ["main.probeInner", "main.probeMid", "main.profcolProbe"]
+            );
             assert!(
                 frame.lines.iter().all(|l| l.column == 0),
                 "Go has no columns"

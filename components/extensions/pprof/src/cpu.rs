@@ -77,6 +77,11 @@ impl Recording {
             .blocklist(BLOCKLIST)
             .build()
             .map_err(|e| CpuError::Start(e.to_string()))?;
+        // pprof-rs resolves one backtrace as it starts (to set up the unwinder before the
+        // signal handler needs it), which loads the executable's DWARF line tables into
+        // the backtrace crate's cache: over 100 MiB of heap for profcol. Sampling does not
+        // need them, so they are given back at once.
+        backtrace::clear_symbol_cache();
         Ok(Recording { guard, _slot: slot })
     }
 

@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 use std::io::Write as _;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use flate2::Compression;
@@ -51,7 +51,8 @@ pub(crate) fn own_regions() -> Vec<Region> {
         .unwrap_or_default()
 }
 
-/// One symbolized frame at an address: function, its mangled name, file and line.
+/// One symbolized frame at an address: its function, demangled and as the symbol table
+/// has it. (File and line are not known: see [`symbolize`].)
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct Symbol {
     pub name: String,
@@ -60,57 +61,134 @@ pub(crate) struct Symbol {
     pub line: i64,
 }
 
-/// The frames at `address`, innermost (inlined) first; empty when nothing is known there.
-/// `return_address` says the address is where a call returns to, so the call itself is one
-/// byte before; a leaf sampled by a signal is the instruction itself.
-pub(crate) fn symbolize(address: u64, return_address: bool) -> Vec<Symbol> {
-    // `backtrace::resolve` looks one byte before what it is given, as return addresses
-    // need; an exact instruction address is moved one byte on to make up for it.
+/// The function symbols of one ELF file: (address, size, mangled name), by address, and
+/// how its executable segments map file offsets to addresses.
+struct SymbolTable {
+    symbols: Vec<(u64, u64, Box<str>)>,
+    /// (file offset, size, virtual address) of each loadable segment.
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl SymbolTable {
+    /// Reads the symbol tables (`.symtab`, else `.dynsym`) of `path`, a few MiB, without
+    /// reading the rest of the file.
+    fn read(path: &str) -> Option<SymbolTable> {
+        use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+        let file = std::fs::File::open(path).ok()?;
+        let cache = object::ReadCache::new(file);
+        let elf = object::File::parse(&cache).ok()?;
+        let segments = elf
+            .segments()
+            .map(|s| {
+                let (offset, size) = s.file_range();
+                (offset, size, s.address())
+            })
+            .collect();
+        let mut symbols: Vec<(u64, u64, Box<str>)> = elf
+            .symbols()
+            .chain(elf.dynamic_symbols())
+            .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+            .filter_map(|s| {
+                let name = s.name().ok().filter(|n| !n.is_empty())?;
+                Some((s.address(), s.size(), Box::<str>::from(name)))
+            })
+            .collect();
+        symbols.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        symbols.dedup_by_key(|s| s.0);
+        symbols.shrink_to_fit();
+        Some(SymbolTable { symbols, segments })
+    }
+
+    /// The function at `address` of a process where `region` maps this file.
+    fn lookup(&self, region: &Region, address: u64) -> Option<&str> {
+        let file_offset = address
+            .checked_sub(region.start)?
+            .checked_add(region.offset)?;
+        let &(seg_offset, _, seg_address) = self
+            .segments
+            .iter()
+            .find(|(o, size, _)| *o <= file_offset && file_offset < o.saturating_add(*size))?;
+        let vaddr = file_offset - seg_offset + seg_address;
+        let i = self
+            .symbols
+            .partition_point(|s| s.0 <= vaddr)
+            .checked_sub(1)?;
+        let (start, size, name) = self.symbols.get(i)?;
+        // A symbol without a size covers up to the next one.
+        let end = if *size > 0 {
+            start.saturating_add(*size)
+        } else {
+            self.symbols.get(i + 1).map_or(u64::MAX, |s| s.0)
+        };
+        (vaddr < end).then_some(&**name)
+    }
+}
+
+/// Symbol tables read so far, by file; kept while profiles keep coming.
+static TABLES: Mutex<Option<HashMap<String, Option<Arc<SymbolTable>>>>> = Mutex::new(None);
+
+fn table_for(path: &str) -> Option<Arc<SymbolTable>> {
+    let mut tables = TABLES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    tables
+        .get_or_insert_with(HashMap::new)
+        .entry(path.to_owned())
+        .or_insert_with(|| SymbolTable::read(path).map(Arc::new))
+        .clone()
+}
+
+/// The frames at `address`: the function whose symbol covers it, demangled; empty when
+/// no symbol does (the vdso, a stripped library's local function). `return_address` says
+/// the address is where a call returns to, so the call itself is one byte before.
+///
+/// Symbols come from the ELF symbol tables, not DWARF: a few MiB to read, where profcol's
+/// line tables take hundreds of MiB to load (measured: +120 MiB heap and +130 MiB of
+/// mapped file for one heap profile), too much for a collector to spend on looking at
+/// itself. So locations have functions, not files, lines or inlined frames.
+pub(crate) fn symbolize(address: u64, return_address: bool, regions: &[Region]) -> Vec<Symbol> {
     let lookup = if return_address {
-        address
+        address.saturating_sub(1)
     } else {
-        address.saturating_add(1)
+        address
     };
-    let mut out = Vec::new();
-    let Ok(lookup) = usize::try_from(lookup) else {
-        return out;
+    let Some(region) = regions.iter().find(|r| r.start <= lookup && lookup < r.end) else {
+        return Vec::new();
     };
     note_symbolized();
-    backtrace::resolve(lookup as *mut std::ffi::c_void, |s| {
-        let Some(raw) = s.name() else {
-            return;
-        };
-        out.push(Symbol {
-            name: format!("{raw:#}"),
-            system_name: String::from_utf8_lossy(raw.as_bytes()).into_owned(),
-            file: s
-                .filename()
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            line: s.lineno().map_or(0, i64::from),
-        });
-    });
-    out
+    let Some(table) = table_for(&region.path) else {
+        return Vec::new();
+    };
+    match table.lookup(region, lookup) {
+        Some(mangled) => vec![Symbol {
+            name: format!("{:#}", rustc_demangle::demangle(mangled)),
+            system_name: mangled.to_owned(),
+            file: String::new(),
+            line: 0,
+        }],
+        None => Vec::new(),
+    }
 }
 
 /// While set (a `save_to_file` recording is waiting to be written at shutdown), the
-/// symbolizer's caches are kept however long they sit unused.
+/// symbol tables are kept however long they sit unused.
 pub(crate) static KEEP_SYMBOL_CACHE: AtomicBool = AtomicBool::new(false);
 
 /// When addresses were last symbolized.
 static LAST_SYMBOLIZED: Mutex<Option<Instant>> = Mutex::new(None);
 
-/// Gives back what symbolizing took (the executable's line tables, tens of MiB for a large
-/// binary) once no profile has been made for `idle`: a scraper profiling every few
-/// seconds keeps them, a person's occasional `go tool pprof` does not hold them for good.
-/// Says whether it did.
+/// Gives back the symbol tables once no profile has been made for `idle`: a scraper
+/// profiling every few seconds keeps them, an occasional `go tool pprof` does not hold
+/// them for good. Says whether it did.
 pub(crate) fn release_idle_symbol_cache(idle: Duration) -> bool {
     let mut last = LAST_SYMBOLIZED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     match *last {
         Some(at) if at.elapsed() >= idle && !KEEP_SYMBOL_CACHE.load(Ordering::Relaxed) => {
-            backtrace::clear_symbol_cache();
+            *TABLES
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
             *last = None;
             true
         }
@@ -194,9 +272,10 @@ impl ProfileBuilder {
 
     /// The symbols at `address`, resolved once per profile.
     pub fn symbols(&mut self, address: u64, return_address: bool) -> &[Symbol] {
+        let regions = &self.regions;
         self.symbols
             .entry((address, return_address))
-            .or_insert_with(|| symbolize(address, return_address))
+            .or_insert_with(|| symbolize(address, return_address, regions))
     }
 
     fn mapping_for(&mut self, address: u64) -> Option<usize> {
@@ -360,7 +439,7 @@ garbage line
 
     #[test]
     fn symbol_caches_are_released_only_when_idle_and_not_kept() {
-        let _ = symbolize(a_function_to_find(), false);
+        let _ = symbolize(a_function_to_find(), false, &own_regions());
         assert!(!release_idle_symbol_cache(Duration::from_secs(3600)));
         KEEP_SYMBOL_CACHE.store(true, Ordering::Relaxed);
         assert!(!release_idle_symbol_cache(Duration::ZERO));
@@ -368,7 +447,7 @@ garbage line
         assert!(release_idle_symbol_cache(Duration::ZERO));
         assert!(!release_idle_symbol_cache(Duration::ZERO), "once");
         // Symbolizing again after a release works (the tables load again).
-        assert!(!symbolize(a_function_to_find(), false).is_empty());
+        assert!(!symbolize(a_function_to_find(), false, &own_regions()).is_empty());
     }
 
     #[inline(never)]
@@ -379,7 +458,7 @@ garbage line
     #[test]
     fn own_code_is_symbolized_into_a_mapping() {
         let address = a_function_to_find();
-        let symbols = symbolize(address, false);
+        let symbols = symbolize(address, false, &own_regions());
         assert!(
             symbols
                 .iter()

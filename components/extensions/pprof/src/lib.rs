@@ -163,6 +163,7 @@ async fn cpu_profile(
         Ok(slot) => slot,
         Err(e) => return text(StatusCode::CONFLICT, e.to_string()),
     };
+    let requested = tokio::time::Instant::now();
     let started = tokio::task::spawn_blocking(move || cpu::Recording::start(slot)).await;
     let recording = match started {
         Ok(Ok(r)) => r,
@@ -170,9 +171,11 @@ async fn cpu_profile(
         Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     tracing::debug!(seconds, "CPU profile started");
-    // A client that goes away drops this future, and with it the recording.
+    // The answer comes N seconds after the request, as Go's does, so a scraper's timeout
+    // (N + 1 s) holds: starting took part of the window. A client that goes away drops
+    // this future, and with it the recording.
     tokio::select! {
-        () = tokio::time::sleep(Duration::from_secs(seconds)) => {}
+        () = tokio::time::sleep_until(requested + Duration::from_secs(seconds)) => {}
         () = state.shutdown.cancelled() => {
             return text(StatusCode::SERVICE_UNAVAILABLE, "profcol is shutting down");
         }
@@ -302,7 +305,11 @@ impl WholeRun {
             // Loads the executable's line tables now and keeps them, so writing the file
             // at shutdown, which the collector waits for only briefly, does not have to.
             encode::KEEP_SYMBOL_CACHE.store(true, std::sync::atomic::Ordering::Relaxed);
-            let _ = encode::symbolize(WholeRun::start as *const () as usize as u64, false);
+            let _ = encode::symbolize(
+                WholeRun::start as *const () as usize as u64,
+                false,
+                &encode::own_regions(),
+            );
             Ok(WholeRun { recording, path })
         })
         .await

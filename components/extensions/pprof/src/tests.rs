@@ -382,7 +382,11 @@ fn a_cpu_profile_is_read_by_go_tool_pprof_and_by_profcol_one_at_a_time() {
     let live = Live::on_free_port();
     let busy = Busy::start();
     let port = live.port;
-    let first = std::thread::spawn(move || get(port, "/debug/pprof/profile?seconds=2"));
+    let first = std::thread::spawn(move || {
+        let asked = Instant::now();
+        let reply = get(port, "/debug/pprof/profile?seconds=2");
+        (reply, asked.elapsed())
+    });
     // The second request, while the first records, is refused at once.
     std::thread::sleep(Duration::from_millis(500));
     let second = get(port, "/debug/pprof/profile?seconds=1");
@@ -392,15 +396,19 @@ fn a_cpu_profile_is_read_by_go_tool_pprof_and_by_profcol_one_at_a_time() {
         "{}",
         second.text()
     );
-    let reply = first.join().expect("first");
+    let (reply, took) = first.join().expect("first");
+    // Answered about when asked, as Go's handler (a scraper's timeout is N + 1 s): N plus
+    // writing the profile, which an unoptimized test build is slow at.
+    assert!(took < Duration::from_millis(3500), "{took:?}");
     drop(busy);
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert!(reply.head.contains("application/octet-stream"));
     let (profile, samples) = decode_both(&reply.body);
     assert_eq!(sample_types(&profile), ["samples", "cpu"]);
     assert_eq!(profile.period, 10_000_000);
+    // The window is the 2 s asked for, less what starting the profiler took.
     assert!(
-        profile.duration_nanos >= 2_000_000_000,
+        (200_000_000..=2_100_000_000).contains(&profile.duration_nanos),
         "{}",
         profile.duration_nanos
     );
@@ -437,7 +445,7 @@ fn a_cpu_profile_is_read_by_go_tool_pprof_and_by_profcol_one_at_a_time() {
         .map(|s| s.value[0])
         .sum();
     // (At 100 Hz for 2 s, up to 200; fewer on a loaded machine.)
-    assert!(in_loop >= 20, "{in_loop} samples in the busy loop");
+    assert!(in_loop >= 10, "{in_loop} samples in the busy loop");
     if let Some(raw) = go_tool_pprof_raw(&reply.body, "cpu.pb.gz") {
         assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
         assert!(raw.contains("profcol_pprof_test_busy_loop"), "{raw}");

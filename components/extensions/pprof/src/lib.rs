@@ -88,7 +88,7 @@ fn pprof_body(name: &str, gzipped: Vec<u8>) -> Response {
 const PROFILES: &[(&str, &str)] = &[
     (
         "allocs",
-        "A sampling of all past memory allocations (jemalloc's sampler, one sample per 512 KiB allocated)",
+        "A sampling of all past memory allocations (jemalloc's sampler, one sample per 2 MiB allocated)",
     ),
     (
         "heap",

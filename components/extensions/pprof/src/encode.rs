@@ -352,13 +352,13 @@ impl ProfileBuilder {
                 id
             }
         };
-        // Tells go tool pprof not to symbolize again what is already symbolized here.
-        if let (false, Some(m)) = (
-            symbols.is_empty(),
-            usize::try_from(id - 1)
-                .ok()
-                .and_then(|i| self.profile.mapping.get_mut(i)),
-        ) {
+        // Every mapping is as symbolized as it will get (what has no symbol here has none
+        // in its file either): has_functions keeps go tool pprof from asking a symbol
+        // server, which Go's net/http/pprof has and profcol has not.
+        if let Some(m) = usize::try_from(id - 1)
+            .ok()
+            .and_then(|i| self.profile.mapping.get_mut(i))
+        {
             m.has_functions = true;
             m.has_filenames |= symbols.iter().any(|s| !s.file.is_empty());
             m.has_line_numbers |= symbols.iter().any(|s| s.line > 0);

@@ -278,16 +278,30 @@ fn is_allocator_shim(name: &str) -> bool {
 }
 
 /// Where the caller's frames start in a heap stack: past jemalloc and Rust's shims.
+/// jemalloc is entered only from Rust (profcol's C libraries use libc's malloc), so the
+/// frames before the first Rust function are jemalloc's, static ones such as
+/// `do_rallocx` included (in a release build the shims are inlined into their caller).
+/// Where no frame is Rust's (nothing symbolized), past the last `_rjem_` function.
 fn first_caller_frame(b: &mut ProfileBuilder, addresses: &[u64]) -> usize {
-    let mut from = 0;
-    for (i, &address) in addresses.iter().enumerate().take(16) {
-        if b.symbols(address, true)
+    let is_rust = |symbols: &[crate::encode::Symbol]| {
+        symbols
             .iter()
-            .any(|s| is_jemalloc_frame(&s.name))
-        {
-            from = i + 1;
-        }
-    }
+            .any(|s| s.system_name.starts_with("_ZN") || s.system_name.starts_with("_R"))
+    };
+    let mut from = addresses
+        .iter()
+        .position(|&a| is_rust(b.symbols(a, true)))
+        .unwrap_or_else(|| {
+            addresses
+                .iter()
+                .take(16)
+                .rposition(|&a| {
+                    b.symbols(a, true)
+                        .iter()
+                        .any(|s| is_jemalloc_frame(&s.name))
+                })
+                .map_or(0, |i| i + 1)
+        });
     while let Some(&address) = addresses.get(from) {
         let symbols = b.symbols(address, true);
         if symbols.is_empty() || !symbols.iter().all(|s| is_allocator_shim(&s.name)) {

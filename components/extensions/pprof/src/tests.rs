@@ -280,6 +280,26 @@ fn go_tool_pprof_raw(gzipped: &[u8], name: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `go tool pprof -raw URL`, fetching from the live extension as a person would (and so
+/// also asking for symbols if the profile lacked them): its text, or None without Go.
+fn go_tool_pprof_raw_url(url: &str) -> Option<String> {
+    let go = go()?;
+    let dir = std::env::temp_dir().join(format!("profcol-pprof-url-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let out = Command::new(go)
+        .args(["tool", "pprof", "-raw", url])
+        .env("PPROF_TMPDIR", &dir)
+        .output()
+        .expect("go tool pprof runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "go tool pprof -raw {url}: {stderr}");
+    assert!(
+        !stderr.contains("symbol"),
+        "go tool pprof asked for symbols: {stderr}"
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Decodes what was served: gzipped pprof, read by prost and by profcol's own parser (the
 /// one the pprof receiver uses).
 fn decode_both(gzipped: &[u8]) -> (pp::Profile, usize) {
@@ -450,9 +470,18 @@ fn a_cpu_profile_is_read_by_go_tool_pprof_and_by_profcol_one_at_a_time() {
         assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
         assert!(raw.contains("profcol_pprof_test_busy_loop"), "{raw}");
     }
-    // Free again once the first is done.
-    let again = get(port, "/debug/pprof/profile?seconds=1");
-    assert_eq!(again.status, 200, "{}", again.text());
+    // Free again once the first is done; go tool pprof fetches it as a person would.
+    let busy = Busy::start();
+    if let Some(raw) = go_tool_pprof_raw_url(&format!(
+        "http://127.0.0.1:{port}/debug/pprof/profile?seconds=3"
+    )) {
+        assert!(raw.contains("PeriodType: cpu nanoseconds"), "{raw}");
+        assert!(raw.contains("profcol_pprof_test_busy_loop"), "{raw}");
+    } else {
+        let again = get(port, "/debug/pprof/profile?seconds=1");
+        assert_eq!(again.status, 200, "{}", again.text());
+    }
+    drop(busy);
     live.stop().expect("stops cleanly");
 }
 
@@ -610,11 +639,12 @@ fn heap_profiles_are_read_by_go_tool_pprof_and_by_profcol() {
         for line in &top.line {
             let f = &heap.function[line.function_id as usize - 1];
             let name = &heap.string_table[f.name as usize];
+            let mangled = &heap.string_table[f.system_name as usize];
             assert!(
-                !name.starts_with("_rjem_")
+                (mangled.starts_with("_ZN") || mangled.starts_with("_R"))
                     && !name.starts_with("<tikv_jemallocator::")
                     && !name.starts_with("__rustc::__rust_"),
-                "{name} on top"
+                "{name} ({mangled}) on top"
             );
         }
     }
@@ -629,15 +659,14 @@ fn heap_profiles_are_read_by_go_tool_pprof_and_by_profcol() {
         allocs.string_table[allocs.default_sample_type as usize],
         "alloc_space"
     );
-    if let Some(raw) = go_tool_pprof_raw(&allocs_bytes(live.port), "allocs.pb.gz") {
+    if let Some(raw) = go_tool_pprof_raw_url(&format!(
+        "http://127.0.0.1:{}/debug/pprof/allocs",
+        live.port
+    )) {
         assert!(raw.contains("profcol_pprof_test_hoard"), "{raw}");
     }
     drop(hoard);
     live.stop().expect("stops cleanly");
-}
-
-fn allocs_bytes(port: u16) -> Vec<u8> {
-    get(port, "/debug/pprof/allocs").body
 }
 
 #[test]

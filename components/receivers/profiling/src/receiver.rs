@@ -41,6 +41,8 @@ pub const UNWIND_TABLES_EVICTED_METRIC: &str =
     "otelcol_receiver_profiling_unwind_tables_evicted_total";
 pub const UNWIND_TABLES_FAILED_METRIC: &str =
     "otelcol_receiver_profiling_unwind_tables_failed_total";
+pub const UNWIND_TABLES_NO_ROOM_METRIC: &str =
+    "otelcol_receiver_profiling_unwind_tables_no_room_total";
 
 /// What a sampler reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -445,6 +447,12 @@ impl Loop {
                 "Unwind tables evicted, least recently used first, to stay in the memory budget.",
                 now.evicted,
                 reported.cache.evicted,
+            ),
+            (
+                UNWIND_TABLES_NO_ROOM_METRIC,
+                "Unwind tables built that found no room beside tables used in the last 10 s: their files use the frame pointer until a retry 30 s later finds room (raise unwind_tables_max_memory_mib if this grows).",
+                now.no_room,
+                reported.cache.no_room,
             ),
             (
                 UNWIND_TABLES_FAILED_METRIC,

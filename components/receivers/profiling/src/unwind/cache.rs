@@ -12,6 +12,16 @@ use super::builder::{Limits, build_with_limits};
 use super::maps::UnwindMaps;
 use crate::elf::ElfFile;
 
+/// A table used within this long is not evicted for another. Without it, a working set
+/// larger than the budget (a build machine's compilers, each mapping a large LLVM) makes
+/// the least recently used table the one needed next: every round evicted one and loaded
+/// another, and loading is what costs (measured: 320 loads in 22 s, more than half of the
+/// profiler's CPU). With it, a file that does not fit is unwound by frame pointer until
+/// room frees up.
+pub const MIN_IDLE_NANOS: u64 = 10_000_000_000;
+/// A table that found no room is built again after this long, not every round.
+pub const NO_ROOM_RETRY_NANOS: u64 = 30_000_000_000;
+
 /// What names a file for its table: the device and inode it was mapped from, and its
 /// build id. Not the build id alone: any file can claim any build id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -39,6 +49,8 @@ struct Loaded {
     base: u64,
     segments: Vec<Segment>,
     last_used: u64,
+    /// When it was last used (unix nanoseconds, the receiver's clock).
+    last_used_at: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -51,10 +63,10 @@ enum Entry {
     /// No table could be built (no CFI, refused, not ELF). Not tried again: the key
     /// names the same bytes. Its frames use the frame pointer.
     NoTable,
-    /// Built, but it did not fit beside the tables in use in round `tick`; built again
-    /// in a later round, when they may be older.
+    /// Built, but it did not fit beside the tables in use at `at` (unix nanoseconds);
+    /// built again once [`NO_ROOM_RETRY_NANOS`] have passed, when they may be idle.
     NoRoom {
-        tick: u64,
+        at: u64,
     },
     /// Could not be opened through the process that asked (it exited meanwhile): asked
     /// again through the next process that maps it, up to [`MAX_OPEN_ATTEMPTS`] times.
@@ -202,6 +214,9 @@ pub struct CacheStats {
     pub loaded: u64,
     pub evicted: u64,
     pub failed: u64,
+    /// Tables built that found no room beside tables in use (their files are unwound by
+    /// frame pointer until a retry finds room).
+    pub no_room: u64,
     /// Time the builder thread spent building tables, since start.
     pub build_seconds: f64,
 }
@@ -215,6 +230,8 @@ pub struct TableCache {
     next_generation: u32,
     budget_bytes: usize,
     tick: u64,
+    /// The time of the current round (unix nanoseconds).
+    now: u64,
     stats: CacheStats,
     /// Small files, and large ones (at least [`LARGE_FILE`] of code), each with a
     /// builder thread: a new process of small binaries never waits behind a 100 MB one.
@@ -342,6 +359,7 @@ impl TableCache {
             next_generation: 1,
             budget_bytes,
             tick: 0,
+            now: 0,
             stats: CacheStats::default(),
             queues,
             sequence: 0,
@@ -354,8 +372,9 @@ impl TableCache {
     }
 
     /// Starts a new round of use: tables touched from now on are the most recent.
-    pub fn next_tick(&mut self) {
+    pub fn next_round(&mut self, now_unix_nanos: u64) {
         self.tick += 1;
+        self.now = self.now.max(now_unix_nanos);
     }
 
     /// The file's table for a mapping at `start` of file `offset`, `size` bytes long;
@@ -371,6 +390,7 @@ impl TableCache {
         match self.entries.get_mut(key) {
             Some(Entry::Loaded(t)) => {
                 t.last_used = self.tick;
+                t.last_used_at = self.now;
                 return match bias(t, start, offset) {
                     Some(bias) => Lookup::Ready(TableRef {
                         slot: t.slot,
@@ -382,7 +402,9 @@ impl TableCache {
             }
             Some(Entry::Building { .. }) => return Lookup::Pending,
             Some(Entry::NoTable) => return Lookup::Absent,
-            Some(Entry::NoRoom { tick }) if *tick == self.tick => return Lookup::Absent,
+            Some(Entry::NoRoom { at }) if self.now.saturating_sub(*at) < NO_ROOM_RETRY_NANOS => {
+                return Lookup::Absent;
+            }
             Some(Entry::Unopened { attempts }) if *attempts >= MAX_OPEN_ATTEMPTS => {
                 return Lookup::Absent;
             }
@@ -445,7 +467,10 @@ impl TableCache {
                 }
                 Outcome::Built(table) => match self.load(table, maps) {
                     Ok(loaded) => Entry::Loaded(loaded),
-                    Err(NotLoaded::NoRoom) => Entry::NoRoom { tick: self.tick },
+                    Err(NotLoaded::NoRoom) => {
+                        self.stats.no_room += 1;
+                        Entry::NoRoom { at: self.now }
+                    }
                     Err(NotLoaded::NoTable) => {
                         self.stats.failed += 1;
                         Entry::NoTable
@@ -470,6 +495,7 @@ impl TableCache {
     pub fn touch(&mut self, key: &TableKey) {
         if let Some(Entry::Loaded(t)) = self.entries.get_mut(key) {
             t.last_used = self.tick;
+            t.last_used_at = self.now;
         }
     }
 
@@ -503,18 +529,25 @@ impl TableCache {
             base: table.base,
             segments: table.segments,
             last_used: self.tick,
+            last_used_at: self.now,
         })
     }
 
     /// Evicts least recently used tables until `bytes` more fit the budget and a slot is
-    /// free. Tables used in the current round stay: `None` when only they are left.
+    /// free. Tables used in the current round or within [`MIN_IDLE_NANOS`] stay: `None`
+    /// when only they are left.
     fn make_room(&mut self, bytes: usize, maps: &mut dyn UnwindMaps) -> Option<()> {
         while self.stats.bytes + bytes > self.budget_bytes || self.free_slots.is_empty() {
             let victim = self
                 .entries
                 .iter()
                 .filter_map(|(k, e)| match e {
-                    Entry::Loaded(t) if t.last_used < self.tick => Some((t.last_used, k)),
+                    Entry::Loaded(t)
+                        if t.last_used < self.tick
+                            && self.now.saturating_sub(t.last_used_at) >= MIN_IDLE_NANOS =>
+                    {
+                        Some((t.last_used, k))
+                    }
                     _ => None,
                 })
                 .min_by_key(|(used, _)| *used)

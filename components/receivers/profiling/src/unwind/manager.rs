@@ -154,7 +154,7 @@ impl Unwinder {
 
     /// Writes what the samples since the last sync asked for.
     pub fn sync(&mut self, table: &mut ProcessTable, maps: &mut dyn UnwindMaps, now: u64) {
-        self.cache.next_tick();
+        self.cache.next_round(now);
         for key in self.cache.finish_builds(maps) {
             for pid in self.waiting.remove(&key).unwrap_or_default() {
                 if self.given.contains_key(&pid) || self.held.contains_key(&pid) {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use profcol_bpf::{StackCopy, UnwindEnd};
 
-use super::cache::{Lookup, TableCache, TableKey};
+use super::cache::{Lookup, MIN_IDLE_NANOS, NO_ROOM_RETRY_NANOS, TableCache, TableKey};
 use super::maps::{UnwindMapping, UnwindMaps};
 use super::row::{Cfa, Fp, ROW_SIZE, Ra, Row, Rule};
 use super::walk::{FRAME_EXACT, Rows, walk_copy};
@@ -262,8 +262,10 @@ fn tables_are_built_once_per_file_and_evicted_least_recently_used() {
     let mut maps = RecordingMaps::default();
     // Room for either table, not both (libc's is about 340 KB, bash's about 80 KB).
     let mut cache = TableCache::new(400 << 10, 8);
+    let mut round = 0u64;
 
-    cache.next_tick();
+    round += MIN_IDLE_NANOS;
+    cache.next_round(round);
     assert_eq!(
         cache.table_for(
             &libc_key,
@@ -304,7 +306,8 @@ fn tables_are_built_once_per_file_and_evicted_least_recently_used() {
     assert_eq!(cache.rows_in(first.slot, first.generation + 1), None);
 
     // A later round: bash does not fit beside libc, which was not used this round.
-    cache.next_tick();
+    round += MIN_IDLE_NANOS;
+    cache.next_round(round);
     cache.table_for(
         &bash_key,
         0x5600_0000_0000,
@@ -332,7 +335,8 @@ fn tables_are_built_once_per_file_and_evicted_least_recently_used() {
         Lookup::Ready(_)
     ));
     // libc comes back in another slot generation: a mapping naming the old one misses.
-    cache.next_tick();
+    round += MIN_IDLE_NANOS;
+    cache.next_round(round);
     cache.table_for(
         &libc_key,
         0x7f00_0000_0000,
@@ -356,7 +360,8 @@ fn tables_are_built_once_per_file_and_evicted_least_recently_used() {
         build_id: Some(vec![1]),
         ..gone
     };
-    cache.next_tick();
+    round += MIN_IDLE_NANOS;
+    cache.next_round(round);
     assert_eq!(
         cache.table_for(&gone, 0x5600_0000_0000, bash_text, 4096, Box::new(|| None)),
         Lookup::Pending
@@ -405,6 +410,82 @@ fn tables_are_built_once_per_file_and_evicted_least_recently_used() {
         Lookup::Absent
     );
     assert_eq!(cache.stats().failed, 1);
+}
+
+/// Two files whose tables do not fit together, both sampled all the time (a build
+/// machine's compilers): the one loaded first stays, the other is unwound by frame
+/// pointer, and nothing is built or loaded again until the retry is due, instead of
+/// evicting and loading one for the other every round.
+#[test]
+fn a_working_set_larger_than_the_budget_does_not_thrash() {
+    let (libc, bash) = (libc(), PathBuf::from("/bin/bash"));
+    let (libc_key, bash_key) = (key_of(&libc), key_of(&bash));
+    let (libc_text, bash_text) = (text_offset(&libc), text_offset(&bash));
+    let mut maps = RecordingMaps::default();
+    let mut cache = TableCache::new(400 << 10, 8);
+    let second = 1_000_000_000u64;
+    let mut now = 1_000 * second;
+    let ask = |cache: &mut TableCache, maps: &mut RecordingMaps, now: u64| {
+        cache.next_round(now);
+        let a = cache.table_for(
+            &libc_key,
+            0x7f00_0000_0000,
+            libc_text,
+            4096,
+            opener(libc.clone()),
+        );
+        let b = cache.table_for(
+            &bash_key,
+            0x5600_0000_0000,
+            bash_text,
+            4096,
+            opener(bash.clone()),
+        );
+        if a == Lookup::Pending || b == Lookup::Pending {
+            finish(cache, maps, 1);
+        }
+        (a, b)
+    };
+    // Rounds every 100 ms for 25 s: both asked for in every round.
+    for _ in 0..250 {
+        ask(&mut cache, &mut maps, now);
+        now += second / 10;
+    }
+    let stats = cache.stats();
+    assert_eq!(stats.evicted, 0, "{stats:?}");
+    assert_eq!(maps.loads, 1, "only the first table was loaded: {stats:?}");
+    assert_eq!(maps.unloads, 0);
+    assert!(stats.no_room >= 1, "{stats:?}");
+    // The one in place is served; the other is absent (frame pointers) until its retry.
+    let (a, b) = ask(&mut cache, &mut maps, now);
+    assert!(
+        matches!(a, Lookup::Ready(_)) ^ matches!(b, Lookup::Ready(_)),
+        "{a:?} {b:?}"
+    );
+    // Retries come once per NO_ROOM_RETRY_NANOS, not per round.
+    assert!(
+        stats.no_room <= 1 + 25 * second / NO_ROOM_RETRY_NANOS,
+        "{stats:?}"
+    );
+    // Once the loaded one goes unused for MIN_IDLE_NANOS, the other gets its room at its
+    // next retry.
+    let (key, path, text, start) = if matches!(a, Lookup::Ready(_)) {
+        (&bash_key, &bash, bash_text, 0x5600_0000_0000)
+    } else {
+        (&libc_key, &libc, libc_text, 0x7f00_0000_0000)
+    };
+    let deadline = now + MIN_IDLE_NANOS + NO_ROOM_RETRY_NANOS;
+    let mut got = Lookup::Absent;
+    while now <= deadline && !matches!(got, Lookup::Ready(_)) {
+        cache.next_round(now);
+        if cache.table_for(key, start, text, 4096, opener(path.clone())) == Lookup::Pending {
+            finish(&mut cache, &mut maps, 1);
+        }
+        got = cache.table_for(key, start, text, 4096, opener(path.clone()));
+        now += second;
+    }
+    assert!(matches!(got, Lookup::Ready(_)), "{:?}", cache.stats());
+    assert_eq!((maps.loads, cache.stats().evicted), (2, 1));
 }
 
 #[test]

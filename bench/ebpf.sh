@@ -40,7 +40,7 @@ mkdir -p target/peers
 (cd integration/peers/ebpf-profiler && GOFLAGS="-buildvcs=false -mod=readonly" go build -o "$root/target/peers/ebpf-profiler" go.opentelemetry.io/ebpf-profiler)
 otel=$root/target/peers/ebpf-profiler
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'for j in $(jobs -p); do pkill -TERM -P "$j"; kill "$j"; done 2>/dev/null || true; rm -rf "$work"' EXIT
 gcc -O1 -g -fno-omit-frame-pointer -o "$work/burner" integration/peers/native/burner.c
 gcc -O2 -g -fomit-frame-pointer -o "$work/burner-nofp" integration/peers/native/burner.c
 # The OTel profiler insists on raising RLIMIT_MEMLOCK to infinity and exits if it cannot;
@@ -105,14 +105,18 @@ YAML
     -reporter-interval 5s >"$work/otel-$hz.log" 2>&1 & o=$!
   /usr/bin/time -f "%U %S %M" -o "$work/bcc-$hz.time" profile-bpfcc -F "$hz" -f "$((secs + 16))" >"$work/bcc-$hz.folded" 2>"$work/bcc-$hz.log" & b=$!
   sleep 10 # every profiler attached and past its start-up before the workload starts
-  "$work/burner" "$secs" >/dev/null & "$work/burner-nofp" "$secs" >/dev/null &
+  # They outlive bcc, which names frames at its exit from the processes' maps.
+  "$work/burner" $((secs + 60)) >/dev/null & w1=$!
+  "$work/burner-nofp" $((secs + 60)) >/dev/null & w2=$!
   sleep "$secs"
   # Read BPF time while every program is still loaded.
   p_bpf=$(bpf_ns '^on_cpu_sample'); b_bpf=$(bpf_ns '^do_perf_event'); o_bpf=$(bpf_ns '.' '^(on_cpu_sample|do_perf_event)')
   sleep 6 # a last report from each
-  kill -TERM "$p" "$o" 2>/dev/null || true
+  # The profilers are /usr/bin/time's children: signal them, so time reports them.
+  kill -TERM $(pgrep -P "$p") $(pgrep -P "$o") 2>/dev/null || true
   wait "$b" "$p" "$o" 2>/dev/null || true
-  pkill -f "$work/burner" || true
+  kill "$w1" "$w2" 2>/dev/null || true
+  wait "$w1" "$w2" 2>/dev/null || true
   sleep 1; kill -TERM "$sink"; wait "$sink" 2>/dev/null || true
   share() { # file program -> share as a percentage
     "$python" bench/whole-stacks.py "$1" "$work/$2" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.1f%% of %d" % (100*r["share"], r["samples"]) if r["samples"] else "no samples")'
@@ -145,7 +149,7 @@ PY
     awk -v hz="$hz" -v n="$1" -v u="$u" -v s="$s" -v m="$m" -v b="$3" -v t="$secs" -v f="$4" -v nf="$5" 'BEGIN {
       printf "| %d | %s | %.2f s | %.3f s | %.2f%% | %.0f MiB | %s | %s |\n", hz, n, u + s, b / 1e9, 100 * (u + s + b / 1e9) / (t + 16), m / 1024, f, nf }'
   }
-  row profcol "$work/profcol-$hz.time" "$p_bpf" "$(share "$work/profcol-$hz.pb" burner)" "$(share "$work/profcol-$hz.pb" burner-nofp)"
+  row profcol <(tail -1 "$work/profcol-$hz.time") "$p_bpf" "$(share "$work/profcol-$hz.pb" burner)" "$(share "$work/profcol-$hz.pb" burner-nofp)"
   row "OTel eBPF profiler" <(tail -1 "$work/otel-$hz.time") "$o_bpf" "$(share "$work/otel-$hz.pb" burner)" "$(share "$work/otel-$hz.pb" burner-nofp)"
   row "bcc profile" <(tail -1 "$work/bcc-$hz.time") "$b_bpf" "$(bcc_share burner)" "$(bcc_share burner-nofp)"
 done

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 /// `scripts/test` builds the peers and names them in `PROFCOL_OTELCOL_PEER` and
 /// `PROFCOL_PDATACHECK`; without those, the first test to need one builds it into
-/// `target/peers/` (through the Go module proxy), one process at a time.
+/// `target/peers/` (through the Go module proxy).
 pub fn go_peer(name: &str) -> Option<PathBuf> {
     let var = match name {
         "otelcol-peer" => "PROFCOL_OTELCOL_PEER",
@@ -30,13 +30,14 @@ pub fn go_peer(name: &str) -> Option<PathBuf> {
     }
     let out_dir = crate::repo().join("target/peers");
     std::fs::create_dir_all(&out_dir).expect("target/peers");
-    let lock = std::fs::File::create(out_dir.join(".go-build.lock")).expect("lock file");
-    lock.lock().expect("lock target/peers");
     let bin = out_dir.join(name);
-    // `go build` is incremental: a second call only checks its cache.
+    // Built under a name of this process's own and renamed into place, so tests that
+    // build at once never run a half-written binary. `go build` is incremental: a
+    // second call only checks its cache.
+    let building = out_dir.join(format!(".{name}.{}", std::process::id()));
     let status = Command::new("go")
         .args(["build", "-o"])
-        .arg(&bin)
+        .arg(&building)
         .arg(format!("./cmd/{name}"))
         .current_dir(crate::repo().join("integration/peers/otelcol"))
         .env("GOFLAGS", "-buildvcs=false -mod=readonly")
@@ -45,6 +46,7 @@ pub fn go_peer(name: &str) -> Option<PathBuf> {
         .status()
         .expect("go build runs");
     assert!(status.success(), "building the Go peer {name} failed");
+    std::fs::rename(&building, &bin).expect("the built peer moves into place");
     Some(bin)
 }
 

@@ -607,7 +607,11 @@ impl ProcessTable {
     /// Reads `/proc/<pid>` (again), replacing what was known about the pid.
     pub fn load(&mut self, pid: u32, now: u64) -> &Process {
         let process = if pid == 0 {
-            idle_process()
+            // Named `swapper`, so that include and exclude lists judge it like any
+            // process (only `send_idle_frames` lets its samples this far).
+            let mut idle = idle_process();
+            idle.allowed = self.filter.allows(&idle);
+            idle
         } else {
             self.read_process(pid, now)
         };
@@ -621,7 +625,8 @@ impl ProcessTable {
         let Some(p) = self.processes.get(&pid) else {
             return false;
         };
-        if p.maps_version != 0 || !p.loaded || !p.allowed {
+        // The idle task has no maps to read.
+        if pid == 0 || p.maps_version != 0 || !p.loaded || !p.allowed {
             return false;
         }
         self.read_mappings(pid, now).is_some()

@@ -691,6 +691,26 @@ fn idle_samples_are_dropped_unless_send_idle_frames() {
     assert_eq!(engine.flush().expect("kept").sample_count(), 1);
 }
 
+/// Idle samples are judged by the include and exclude lists like any process's, by its
+/// name `swapper`: a config naming its services keeps none of them.
+#[test]
+fn idle_samples_obey_the_process_filters() {
+    let kept = |filters: &str| {
+        let yaml = format!("send_idle_frames: true\nsymbolize: false\n{filters}");
+        let config: Config = profcol_core::config::parse_typed(
+            &profcol_core::config::parse_yaml("x", &yaml).expect("yaml"),
+        )
+        .expect("config");
+        let mut engine = Engine::new(config, env(clock_at(S)));
+        engine.on_sample(idle_sample());
+        engine.flush().map_or(0, |b| b.sample_count())
+    };
+    assert_eq!(kept(""), 1);
+    assert_eq!(kept("include:\n  executable_names: ['^myapp$']\n"), 0);
+    assert_eq!(kept("exclude:\n  executable_names: ['^swapper$']\n"), 0);
+    assert_eq!(kept("include:\n  executable_names: ['^swapper$']\n"), 1);
+}
+
 /// The last frame of the only stack in a batch from one sample whose user walk failed.
 fn last_frame_of_failed_walk(
     send_error_frames: bool,

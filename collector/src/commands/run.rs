@@ -126,18 +126,35 @@ async fn termination() {
 /// With the pprof extension in `service::extensions`, jemalloc's heap profiler must be on
 /// from the allocator's start: this restarts profcol in place once to switch it on (same
 /// pid and arguments), before anything has started. Without the extension it stays off.
-fn heap_profiling_for(config: &CollectorConfig) -> Option<String> {
-    config
+fn heap_profiling_for(config: &CollectorConfig, configs: &[String]) -> Option<String> {
+    let wanted = config
         .service_extensions
         .iter()
-        .any(|id| id.type_name() == profcol_extension_pprof::TYPE_NAME)
-        .then(profcol_extension_pprof::ensure_heap_profiling)
-        .and_then(Result::err)
+        .any(|id| id.type_name() == profcol_extension_pprof::TYPE_NAME);
+    if !wanted || profcol_extension_pprof::heap_profiling_on() {
+        return None;
+    }
+    if let Some(source) = configs.iter().find(|c| !rereadable(c)) {
+        return Some(format!(
+            "the config {source:?} cannot be read a second time by a restart (a pipe or device); start profcol with _RJEM_MALLOC_CONF set as the pprof extension's README says"
+        ));
+    }
+    profcol_extension_pprof::ensure_heap_profiling().err()
+}
+
+/// Whether the restarted process can read a config source again: inline YAML, or a
+/// regular file. `/dev/stdin` or `<(...)` were read to their end the first time.
+fn rereadable(source: &str) -> bool {
+    if source.starts_with("yaml:") {
+        return true;
+    }
+    let path = source.strip_prefix("file:").unwrap_or(source);
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
 }
 
 pub fn run(configs: &[String], feature_gates: &[String]) -> anyhow::Result<()> {
     let config = load(configs)?;
-    let heap_profiling_off = heap_profiling_for(&config);
+    let heap_profiling_off = heap_profiling_for(&config, configs);
     if configs.is_empty() {
         let out = std::env::var("PROFCOL_OUTPUT").unwrap_or_else(|_| "./profiles".into());
         eprintln!(

@@ -40,7 +40,7 @@ mkdir -p target/peers
 (cd integration/peers/ebpf-profiler && GOFLAGS="-buildvcs=false -mod=readonly" go build -o "$root/target/peers/ebpf-profiler" go.opentelemetry.io/ebpf-profiler)
 otel=$root/target/peers/ebpf-profiler
 work=$(mktemp -d)
-trap 'for j in $(jobs -p); do pkill -TERM -P "$j"; kill "$j"; done 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'for j in $(jobs -p); do pkill -TERM -P "$j"; kill "$j"; done 2>/dev/null || true; rm -rf "$work"; [ -z "${stats_before:-}" ] || sysctl -q -w kernel.bpf_stats_enabled="$stats_before"' EXIT
 gcc -O1 -g -fno-omit-frame-pointer -o "$work/burner" integration/peers/native/burner.c
 gcc -O2 -g -fomit-frame-pointer -o "$work/burner-nofp" integration/peers/native/burner.c
 # The OTel profiler insists on raising RLIMIT_MEMLOCK to infinity and exits if it cannot;
@@ -56,9 +56,11 @@ python=${PROFCOL_PYTHON:-$root/.venv/bin/python}
 # exit included: bcc compiles its program at start and symbolizes at exit). The BPF
 # programs' own run time is charged to the tasks they interrupt, not to any tool, so it is
 # read from the kernel's BPF statistics, per perf_event program, and attributed by name:
-# profcol's is on_cpu_sample, bcc's do_perf_event, the rest is the OTel profiler's.
+# profcol's is on_cpu_sample, bcc's do_perf_event, the rest is the OTel profiler's (run
+# it on a machine with no other perf_event BPF programs loaded).
 command -v /usr/bin/time >/dev/null || { apt-get install -y -qq time >/dev/null; }
 command -v bpftool >/dev/null || { apt-get install -y -qq bpftool >/dev/null; }
+stats_before=$(sysctl -n kernel.bpf_stats_enabled)
 sysctl -q -w kernel.bpf_stats_enabled=1
 bpf_ns() { # name-regex [exclude-regex] -> total run time in ns over loaded perf_event programs
   bpftool prog show --json | python3 -c '

@@ -25,7 +25,7 @@ bin=$root/target/release/profcol
 otelcol=$root/target/peers/otelcol-peer
 load=$root/target/release/otlp-load
 work=$(mktemp -d)
-trap 'kill $(cat "$work/pids" 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill -KILL $(cat "$work/pids" 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { # port

@@ -31,10 +31,12 @@ pub fn go_peer(name: &str) -> Option<PathBuf> {
     let out_dir = crate::repo().join("target/peers");
     std::fs::create_dir_all(&out_dir).expect("target/peers");
     let bin = out_dir.join(name);
-    // Built under a name of this process's own and renamed into place, so tests that
+    // Built under a name of this call's own and renamed into place, so tests that
     // build at once never run a half-written binary. `go build` is incremental: a
     // second call only checks its cache.
-    let building = out_dir.join(format!(".{name}.{}", std::process::id()));
+    static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nth = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let building = out_dir.join(format!(".{name}.{}.{nth}", std::process::id()));
     let status = Command::new("go")
         .args(["build", "-o"])
         .arg(&building)
@@ -235,16 +237,30 @@ fn value(v: Option<&AnyValue>) -> String {
 /// read with profcol's own decoder.
 pub fn summarize_framed(path: &Path) -> PeerSummary {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    summarize_frames(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The same while a writer may be mid-frame: `None` for a missing file or a torn last
+/// frame (not yet whole), so a poll tries again.
+pub fn summarize_framed_so_far(path: &Path) -> Option<PeerSummary> {
+    summarize_frames(&std::fs::read(path).ok()?).ok()
+}
+
+fn summarize_frames(bytes: &[u8]) -> Result<PeerSummary, String> {
     let mut summary = PeerSummary::default();
-    let mut rest = bytes.as_slice();
+    let mut rest = bytes;
     while let Some((len, body)) = rest.split_first_chunk::<4>() {
         let len = u32::from_be_bytes(*len) as usize;
-        assert!(body.len() >= len, "{}: a torn frame", path.display());
+        if body.len() < len {
+            return Err("a torn frame".into());
+        }
         let batch = ProfileBatch::decode(&body[..len])
-            .unwrap_or_else(|e| panic!("{}: profcol cannot decode a batch: {e}", path.display()));
+            .map_err(|e| format!("profcol cannot decode a batch: {e}"))?;
         summary.add(&batch);
         rest = &body[len..];
     }
-    assert!(rest.is_empty(), "{}: trailing bytes", path.display());
-    summary
+    if !rest.is_empty() {
+        return Err("trailing bytes".into());
+    }
+    Ok(summary)
 }

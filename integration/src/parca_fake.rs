@@ -71,6 +71,8 @@ struct State {
     dir: PathBuf,
     options: Options,
     received: Received,
+    /// Files saved so far (each request's files get their own numbers).
+    saved: u64,
     /// Upload ids handed out, by build id.
     upload_ids: BTreeMap<String, String>,
 }
@@ -99,8 +101,15 @@ impl Shared {
         Ok(())
     }
 
-    fn save(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, Status> {
-        let path = self.lock().dir.join(name);
+    /// Writes `bytes` to a file of its own: `{stem}-{n}.arrow`, numbered across every
+    /// request (exchanges run at once; numbering by what was received so far gave two
+    /// of them one name, and one overwrote the other).
+    fn save(&self, stem: &str, bytes: &[u8]) -> Result<PathBuf, Status> {
+        let path = {
+            let mut state = self.lock();
+            state.saved += 1;
+            state.dir.join(format!("{stem}-{}.arrow", state.saved))
+        };
         std::fs::write(&path, bytes).map_err(|e| Status::internal(e.to_string()))?;
         Ok(path)
     }
@@ -125,6 +134,7 @@ impl ParcaFake {
             dir: dir.to_owned(),
             options,
             received: Received::default(),
+            saved: 0,
             upload_ids: BTreeMap::new(),
         })));
         let (stop, stopped) = oneshot::channel::<()>();
@@ -294,9 +304,8 @@ impl Shared {
                 "missing stacktrace ID {missing:02x?}"
             )));
         }
-        let n = self.lock().received.v1.len();
-        let a = self.save(&format!("v1-{n}-samples.arrow"), &samples.record)?;
-        let b = self.save(&format!("v1-{n}-locations.arrow"), &locations.record)?;
+        let a = self.save("v1-samples", &samples.record)?;
+        let b = self.save("v1-locations", &locations.record)?;
         // The client closes its side; drain.
         while inbound.message().await?.is_some() {}
         self.lock().received.v1.push((a, b));
@@ -365,8 +374,7 @@ impl ProfileStoreService for Shared {
                 ));
             }
         }
-        let n = self.lock().received.v2.len();
-        let path = self.save(&format!("v2-{n}.arrow"), &ipc)?;
+        let path = self.save("v2", &ipc)?;
         self.lock().received.v2.push(path);
         Ok(Response::new(store::WriteArrowResponse {}))
     }

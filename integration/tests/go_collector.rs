@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use profcol_integration::collector::{Collector, eventually, free_port};
 use profcol_integration::go_peers::{
-    GoCollector, PeerSummary, go_peer, pdatacheck, summarize_framed,
+    GoCollector, PeerSummary, go_peer, pdatacheck, summarize_framed, summarize_framed_so_far,
 };
 use profcol_integration::{fixture, profcol_ok, repo, scratch};
 use profcol_pdata::ProfileBatch;
@@ -42,6 +42,10 @@ fn fixtures_as_profcol_sends_them(dir: &Path) -> (Vec<PathBuf>, PeerSummary) {
         }
     }
     assert!(files.len() >= 6, "fixtures missing: {files:?}");
+    assert!(
+        expected.samples > 0 && expected.stacks.len() > 10,
+        "the fixtures translate to nothing: {expected:?}"
+    );
     assert!(fixture("go-cpu.pb.gz").exists());
     (files, expected.content())
 }
@@ -113,16 +117,16 @@ fn show(s: &PeerSummary) -> String {
 
 /// Waits until a framed file holds `expected` (profcol's exporters flush on their own time).
 fn wait_for(path: &Path, expected: &PeerSummary, what: &str, logs: impl Fn() -> String) {
-    let arrived = || path.exists() && summarize_framed(path).content() == *expected;
+    assert!(
+        expected.samples > 0 && !expected.stacks.is_empty(),
+        "nothing to wait for"
+    );
+    let arrived = || summarize_framed_so_far(path).is_some_and(|s| s.content() == *expected);
     assert!(
         eventually(Duration::from_secs(30), arrived),
         "{what} never held what was sent.\nexpected {}\ngot {}\n{}",
         show(expected),
-        show(&if path.exists() {
-            summarize_framed(path).content()
-        } else {
-            PeerSummary::default()
-        }),
+        show(&summarize_framed_so_far(path).unwrap_or_default().content()),
         logs()
     );
 }
@@ -368,7 +372,6 @@ fn the_go_collector_forwards_to_profcol_over_grpc_and_http_with_references_resol
         Some(&expected),
     );
     assert_eq!(summarize_framed(&sent).content(), expected);
-    // The Go collector counted them in and out.
     assert!(first.stop().success());
     let go_logs = go.stop();
     assert!(last.stop().success(), "{}", go_logs);
@@ -420,7 +423,7 @@ fn ebpf_profiles_cross_the_go_collector_and_end_as_pprof_go_reads() {
     // Everything the first profcol sent arrives at the last, by both ways.
     assert!(
         eventually(Duration::from_secs(20), || {
-            sent.exists() && summarize_framed(&sent).content().samples > 0
+            summarize_framed_so_far(&sent).is_some_and(|s| s.samples > 0)
         }),
         "the profiler sent nothing:\n{}",
         first.logs()

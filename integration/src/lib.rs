@@ -108,6 +108,24 @@ pub fn python() -> String {
     })
 }
 
+/// `go tool pprof -raw FILE`: what Go's own reader makes of a pprof file. Fails the test
+/// when it cannot read it.
+pub fn go_tool_pprof_raw(path: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(path)
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .expect("go tool pprof runs");
+    assert!(
+        out.status.success(),
+        "go tool pprof -raw {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("profcol-it-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

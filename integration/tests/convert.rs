@@ -4,7 +4,9 @@
 
 use std::process::Command;
 
-use profcol_integration::{fixture, have_peer, profcol, profcol_ok, python, scratch};
+use profcol_integration::{
+    fixture, go_tool_pprof_raw, have_peer, profcol, profcol_ok, python, scratch,
+};
 
 const FIXTURES: &[&str] = &[
     "go-cpu.pb.gz",
@@ -19,22 +21,6 @@ const FIXTURES: &[&str] = &[
     "go126-mutex.pb.gz",
     "node-wall.pb.gz",
 ];
-
-fn pprof_raw(path: &std::path::Path) -> String {
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(path)
-        .env("HOME", std::env::temp_dir())
-        .output()
-        .expect("go tool pprof runs");
-    assert!(
-        out.status.success(),
-        "go tool pprof -raw {}: {}",
-        path.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 #[test]
 fn go_tool_pprof_sees_the_same_profile_after_the_round_trip() {
@@ -62,7 +48,7 @@ fn go_tool_pprof_sees_the_same_profile_after_the_round_trip() {
             "-o",
             &back.to_string_lossy(),
         ]);
-        let (before, after) = (pprof_raw(&original), pprof_raw(&back));
+        let (before, after) = (go_tool_pprof_raw(&original), go_tool_pprof_raw(&back));
         assert!(
             before.contains("Samples:"),
             "{name}: go tool pprof printed no samples:\n{before}"
@@ -102,9 +88,9 @@ fn go_tool_pprof_sees_the_same_profile_through_otlp_json() {
         "-o",
         &back.to_string_lossy(),
     ]);
-    assert_eq!(pprof_raw(&back), pprof_raw(&original));
+    assert_eq!(go_tool_pprof_raw(&back), go_tool_pprof_raw(&original));
     // The default sample type survives: go tool pprof marks it [dflt].
-    assert!(pprof_raw(&back).contains("alloc_space/bytes[dflt]"));
+    assert!(go_tool_pprof_raw(&back).contains("alloc_space/bytes[dflt]"));
 }
 
 #[test]

@@ -9,7 +9,7 @@ use profcol_integration::collector::{Collector, eventually, free_port};
 use profcol_integration::go_peers::{
     GoCollector, PeerSummary, go_peer, pdatacheck, summarize_framed, summarize_framed_so_far,
 };
-use profcol_integration::{fixture, profcol_ok, repo, scratch};
+use profcol_integration::{fixture, go_tool_pprof_raw, profcol_ok, repo, scratch};
 use profcol_pdata::ProfileBatch;
 
 /// The pprof fixtures (real Go and Node producers) as profcol translates them, one batch
@@ -246,7 +246,7 @@ fn profcol_exporters_deliver_every_sample_to_the_go_collector() {
 }
 
 /// profcol's pprof exporter output, as `go tool pprof -raw` prints it, all files joined.
-fn go_tool_pprof_raw(dir: &Path) -> String {
+fn pprof_files_raw(dir: &Path) -> String {
     let mut raw = String::new();
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
@@ -254,19 +254,7 @@ fn go_tool_pprof_raw(dir: &Path) -> String {
     files.retain(|p| p.to_string_lossy().ends_with(".pb.gz"));
     files.sort();
     for f in files {
-        let out = std::process::Command::new("go")
-            .args(["tool", "pprof", "-raw"])
-            .arg(&f)
-            .env("HOME", std::env::temp_dir())
-            .output()
-            .expect("go tool pprof");
-        assert!(
-            out.status.success(),
-            "go tool pprof cannot read {}: {}",
-            f.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        raw += &String::from_utf8_lossy(&out.stdout);
+        raw += &go_tool_pprof_raw(&f);
     }
     raw
 }
@@ -377,7 +365,7 @@ fn the_go_collector_forwards_to_profcol_over_grpc_and_http_with_references_resol
     assert!(last.stop().success(), "{}", go_logs);
     // And what came out at the end is pprof that Go's own tool reads, with the
     // fixtures' functions in it.
-    let raw = go_tool_pprof_raw(&pprof_dir);
+    let raw = pprof_files_raw(&pprof_dir);
     for function in ["main.hashLoop", "main.allocLarge", "fib"] {
         assert!(
             raw.contains(function),
@@ -448,7 +436,7 @@ fn ebpf_profiles_cross_the_go_collector_and_end_as_pprof_go_reads() {
     }
     go.stop();
     assert!(last.stop().success());
-    let raw = go_tool_pprof_raw(&pprof_dir);
+    let raw = pprof_files_raw(&pprof_dir);
     for function in ["burner_leaf", "burner_middle", "burner_outer"] {
         assert!(
             raw.contains(function),

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use profcol_integration::collector::{Collector, eventually, free_port, http};
-use profcol_integration::{fixture, have_peer, python, repo, scratch};
+use profcol_integration::{fixture, go_tool_pprof_raw, have_peer, python, repo, scratch};
 
 struct Ports {
     health: u16,
@@ -259,19 +259,7 @@ fn exported_pprof_files_open_in_go_tool_pprof() {
     );
     let mut seen_cpu = false;
     for f in listed() {
-        let out = Command::new("go")
-            .args(["tool", "pprof", "-raw"])
-            .arg(&f)
-            .env("HOME", std::env::temp_dir())
-            .output()
-            .expect("go tool pprof");
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            f.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let raw = String::from_utf8_lossy(&out.stdout);
+        let raw = go_tool_pprof_raw(&f);
         seen_cpu |= raw.contains("main.hashLoop");
     }
     assert!(

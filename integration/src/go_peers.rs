@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use profcol_exporter_file::read_proto_messages;
 use profcol_pdata::ProfileBatch;
 use profcol_proto::otlp::common::v1::{AnyValue, any_value};
 use serde::{Deserialize, Serialize};
@@ -248,19 +249,10 @@ pub fn summarize_framed_so_far(path: &Path) -> Option<PeerSummary> {
 
 fn summarize_frames(bytes: &[u8]) -> Result<PeerSummary, String> {
     let mut summary = PeerSummary::default();
-    let mut rest = bytes;
-    while let Some((len, body)) = rest.split_first_chunk::<4>() {
-        let len = u32::from_be_bytes(*len) as usize;
-        if body.len() < len {
-            return Err("a torn frame".into());
-        }
-        let batch = ProfileBatch::decode(&body[..len])
+    for message in read_proto_messages(bytes).map_err(|e| e.to_string())? {
+        let batch = ProfileBatch::decode(message)
             .map_err(|e| format!("profcol cannot decode a batch: {e}"))?;
         summary.add(&batch);
-        rest = &body[len..];
-    }
-    if !rest.is_empty() {
-        return Err("trailing bytes".into());
     }
     Ok(summary)
 }

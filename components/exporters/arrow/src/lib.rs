@@ -17,6 +17,7 @@ mod config;
 mod debuginfo;
 mod exporter;
 pub mod model;
+pub mod profile_types;
 pub mod record_v1;
 pub mod record_v2;
 

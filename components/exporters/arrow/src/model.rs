@@ -7,10 +7,12 @@
 //! - labels: resource attributes, then sample attributes (which win on a name clash),
 //!   names made Prometheus-safe (`service.name` → `service_name`), values as text; an
 //!   empty value is no label.
-//! - value: the sample's value, or for a sample with timestamps only, their count.
-//! - profile type: sample type and period type as given; `producer` is `parca_agent` for
-//!   CPU (`samples`/`count` over `cpu`/`nanoseconds`) and off-CPU profiles, so Parca shows
-//!   them as "On-CPU" / "Off-CPU", `memory` for the heap types, else `profcol`.
+//! - value: the sum of the sample's values, or for a sample with timestamps only, their
+//!   count.
+//! - profile type: producer, sample type, period type, period and duration as the one
+//!   table in [`crate::profile_types`] says (`parca_agent` for CPU and off-CPU, so Parca
+//!   shows them as "On-CPU" / "Off-CPU", `memory` for heap types...); types it does not
+//!   name keep theirs under `profcol`.
 //! - frames (leaf first, as OTLP): native frames carry mapping file, build id and the
 //!   file-relative address and no lines unless symbolized; kernel frames
 //!   `[kernel.kallsyms]`, no build id, and a line (`UNKNOWN` when unsymbolized).
@@ -21,16 +23,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use profcol_core::pdata::attributes::value_to_string;
 use profcol_core::pdata::types::KeyValue;
 use profcol_core::pdata::{
-    Dictionary, LocationRef, MappingRef, Profile, ProfileBatch, any_value_to_string,
+    Dictionary, LocationRef, MappingRef, Profile, ProfileBatch, SampleRef, any_value_to_string,
     attribute_value, semconv,
 };
 
-/// The agent's producer name, which makes Parca name CPU profiles "On-CPU".
-pub const AGENT_PRODUCER: &str = "parca_agent";
-/// Producer of heap profiles.
-pub const MEMORY_PRODUCER: &str = "memory";
-/// Producer of every other profile type.
-pub const DEFAULT_PRODUCER: &str = "profcol";
+use crate::profile_types::{self, DurationRule, Key, PeriodRule, ProfileType};
+
+pub use crate::profile_types::{AGENT_PRODUCER, DEFAULT_PRODUCER, MEMORY_PRODUCER};
+
 /// The kernel's mapping file name.
 pub const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
 /// Stand-in for a missing name or file, as Parca's agent writes it.
@@ -57,7 +57,10 @@ pub struct Series {
     pub sample_unit: String,
     pub period_type: String,
     pub period_unit: String,
+    /// The `period` of v2 records.
     pub period: i64,
+    /// The `period` of v1 records: the agent writes off-CPU rows' differently.
+    pub period_v1: i64,
     /// Nanoseconds; not 0 makes a `:delta` profile type.
     pub duration: u64,
     /// `delta` when `duration` is not 0.
@@ -149,18 +152,94 @@ impl Model {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
         for (ri, rp) in batch.resource_profiles().iter().enumerate() {
-            let resource = rp
-                .resource
-                .as_ref()
-                .map(|r| b.resource_labels(&r.attributes))
-                .unwrap_or_default();
+            let attributes = rp.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
+            let labels = b.resource_labels(attributes);
+            let family = family_of(attributes);
             for sp in &rp.scope_profiles {
+                let place = Place {
+                    resource: ri,
+                    labels: &labels,
+                    family: family.as_deref(),
+                    sampling_period: b.sampling_period(&sp.profiles, family.as_deref()),
+                    now,
+                };
                 for profile in &sp.profiles {
-                    b.profile(ri, &resource, profile, now);
+                    b.profile(&place, profile);
                 }
             }
         }
         b.finish()
+    }
+}
+
+/// Where a profile sits: what its rows take from its resource and scope.
+struct Place<'p> {
+    resource: usize,
+    labels: &'p [(u32, u32)],
+    family: Option<&'p str>,
+    /// The period of a CPU profile in the same scope (1e9 / its frequency).
+    sampling_period: Option<i64>,
+    now: i64,
+}
+
+/// The profile family a resource names ([`profile_types::FAMILY_ATTRIBUTE`]).
+fn family_of(attributes: &[KeyValue]) -> Option<String> {
+    attributes
+        .iter()
+        .find(|kv| kv.key == profile_types::FAMILY_ATTRIBUTE)
+        .and_then(|kv| kv.value.as_ref())
+        .map(any_value_to_string)
+        .filter(|s| !s.is_empty())
+}
+
+/// A sample's value: the sum of its values (one per event when it has timestamps too),
+/// else its count of timestamps.
+fn sample_value(sample: &SampleRef<'_>) -> i64 {
+    if sample.values.is_empty() {
+        i64::try_from(sample.timestamps_unix_nano.len().max(1)).unwrap_or(i64::MAX)
+    } else {
+        sample.values.iter().fold(0i64, i64::saturating_add)
+    }
+}
+
+/// The columns of a profile of type `given` (sample type and unit, period type and unit)
+/// as `row` (from [`profile_types::lookup`]) says, or as given under the default producer.
+fn series(
+    row: Option<&ProfileType>,
+    given: [&str; 4],
+    profile: &Profile,
+    sampling_period: Option<i64>,
+) -> Series {
+    let [sample_type, sample_unit, period_type, period_unit] = given;
+    let (sample_type, sample_unit) = row
+        .and_then(|r| r.parca_sample)
+        .unwrap_or((sample_type, sample_unit));
+    let (period_type, period_unit) = row
+        .and_then(|r| r.parca_period)
+        .unwrap_or((period_type, period_unit));
+    let (period, period_v1) = match row.map(|r| r.period) {
+        Some(PeriodRule::OffCpu) => (
+            0,
+            sampling_period
+                .or(Some(profile.period).filter(|&p| p > 0))
+                .unwrap_or(profile_types::DEFAULT_SAMPLING_PERIOD),
+        ),
+        Some(PeriodRule::AsGiven) | None => (profile.period, profile.period),
+    };
+    let duration = match (row.map(|r| r.duration), profile.duration_nano) {
+        (Some(DurationRule::AgentDefault), 0) => profile_types::AGENT_DURATION_NANOS,
+        (_, d) => d,
+    };
+    Series {
+        producer: row.map_or(DEFAULT_PRODUCER, |r| r.producer).to_owned(),
+        sample_type: sample_type.to_owned(),
+        sample_unit: sample_unit.to_owned(),
+        period_type: period_type.to_owned(),
+        period_unit: period_unit.to_owned(),
+        period,
+        period_v1,
+        duration,
+        temporality: (duration != 0).then_some("delta"),
     }
 }
 
@@ -329,42 +408,48 @@ impl<'a> Builder<'a> {
         id
     }
 
-    fn series_of(&mut self, profile: &Profile) -> u32 {
+    /// The names a profile is matched by in [`profile_types::PROFILE_TYPES`].
+    fn key<'k>(&self, profile: &Profile, family: Option<&'k str>) -> Key<'k>
+    where
+        'a: 'k,
+    {
         let (st, pt) = (profile.sample_type, profile.period_type);
-        let (sample_type, sample_unit) =
-            (self.string(st.type_strindex), self.string(st.unit_strindex));
-        let (period_type, period_unit) =
-            (self.string(pt.type_strindex), self.string(pt.unit_strindex));
-        let on_cpu = (sample_type, sample_unit, period_type, period_unit)
-            == ("samples", "count", "cpu", "nanoseconds");
-        let off_cpu = (sample_type, sample_unit) == ("wallclock", "nanoseconds");
-        let heap = matches!(
-            sample_type,
-            "inuse_objects" | "inuse_space" | "alloc_objects" | "alloc_space"
-        );
-        let producer = if on_cpu || off_cpu {
-            AGENT_PRODUCER
-        } else if heap {
-            MEMORY_PRODUCER
-        } else {
-            DEFAULT_PRODUCER
-        };
-        // CPU profiles are deltas over their window; the agent's rows say 1 s when the
-        // window is not known.
-        let duration = match profile.duration_nano {
-            0 if on_cpu || off_cpu => 1_000_000_000,
-            d => d,
-        };
-        let series = Series {
-            producer: producer.to_owned(),
-            sample_type: sample_type.to_owned(),
-            sample_unit: sample_unit.to_owned(),
-            period_type: period_type.to_owned(),
-            period_unit: period_unit.to_owned(),
-            period: profile.period,
-            duration,
-            temporality: (duration != 0).then_some("delta"),
-        };
+        Key {
+            sample: (self.string(st.type_strindex), self.string(st.unit_strindex)),
+            period_type: self.string(pt.type_strindex),
+            // All samples of a profile have one shape; pprof-born ones never timestamps.
+            timestamped: profile
+                .samples
+                .iter()
+                .next()
+                .is_some_and(|s| !s.timestamps_unix_nano.is_empty()),
+            family,
+        }
+    }
+
+    /// The period of the first CPU profile among `profiles` (the sampling frequency's).
+    fn sampling_period(&self, profiles: &[Profile], family: Option<&str>) -> Option<i64> {
+        profiles
+            .iter()
+            .filter(|p| p.period > 0)
+            .find(|p| {
+                profile_types::lookup(&self.key(p, family))
+                    .is_some_and(|row| row == profile_types::ON_CPU)
+            })
+            .map(|p| p.period)
+    }
+
+    fn series_of(&mut self, profile: &Profile, place: &Place<'_>) -> u32 {
+        let key = self.key(profile, place.family);
+        let row = profile_types::lookup(&key);
+        let pt = profile.period_type;
+        let given = [
+            key.sample.0,
+            key.sample.1,
+            key.period_type,
+            self.string(pt.unit_strindex),
+        ];
+        let series = series(row, given, profile, place.sampling_period);
         if let Some(&id) = self.series_ids.get(&series) {
             return id;
         }
@@ -374,23 +459,20 @@ impl<'a> Builder<'a> {
         id
     }
 
-    fn profile(&mut self, resource: usize, base: &[(u32, u32)], profile: &Profile, now: i64) {
-        let series = self.series_of(profile);
+    fn profile(&mut self, place: &Place<'_>, profile: &Profile) {
+        let series = self.series_of(profile, place);
         let profile_time = match profile.time_unix_nano {
-            0 => now,
+            0 => place.now,
             t => i64::try_from(t).unwrap_or(i64::MAX),
         };
         for sample in profile.samples.iter() {
-            let value = match sample.values.first() {
-                Some(v) => v,
-                None => i64::try_from(sample.timestamps_unix_nano.len().max(1)).unwrap_or(1),
-            };
+            let value = sample_value(&sample);
             let timestamp = sample
                 .timestamps_unix_nano
                 .iter()
                 .min()
                 .map_or(profile_time, |t| i64::try_from(t).unwrap_or(i64::MAX));
-            let labels = self.label_set(resource, base, sample.attribute_indices);
+            let labels = self.label_set(place.resource, place.labels, sample.attribute_indices);
             let stack = self.stack(sample.stack_index);
             self.rows.push(Row {
                 labels,

@@ -86,7 +86,9 @@ pub fn samples_record(model: &Model) -> Result<RecordBatch, ArrowError> {
     push(
         "period",
         ree_of(
-            rows.iter().map(|r| model.series[r.series as usize].period),
+            // The agent's v1 off-CPU rows carry the sampling period (v2: 0).
+            rows.iter()
+                .map(|r| model.series[r.series as usize].period_v1),
             int64,
         )?,
         false,

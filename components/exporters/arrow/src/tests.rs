@@ -154,10 +154,12 @@ fn ebpf_batch() -> ProfileBatch {
     );
     let p2 = cpu_profile(
         &mut b,
+        // One value per timestamp (the row's value is their sum, its time the earliest).
         vec![Sample {
             stack_index: s3,
             attribute_indices: vec![main],
-            values: vec![7],
+            values: vec![3, 4],
+            timestamps_unix_nano: vec![T0 + 1, T0],
             ..Default::default()
         }],
     );
@@ -773,6 +775,428 @@ fn v1_records_have_the_write_exchange_types_and_values() {
             assert!(ree_text(files, i).is_some());
         }
     }
+}
+
+// ---- profile types ------------------------------------------------------------------
+
+/// A profile to map: its types, period, duration, sample shape and resource family.
+struct TypeCase {
+    sample: (&'static str, &'static str),
+    period_type: (&'static str, &'static str),
+    period: i64,
+    duration: u64,
+    timestamped: bool,
+    family: Option<&'static str>,
+}
+
+/// The row a case should get: producer, the four names, v2 and v1 period, duration.
+type Expected = (&'static str, [&'static str; 4], i64, i64, u64);
+
+const fn case(
+    sample: (&'static str, &'static str),
+    period_type: (&'static str, &'static str),
+    period: i64,
+) -> TypeCase {
+    TypeCase {
+        sample,
+        period_type,
+        period,
+        duration: 0,
+        timestamped: false,
+        family: None,
+    }
+}
+
+/// One resource (with the case's family), one scope, one profile of one sample.
+fn case_batch(c: &TypeCase) -> ProfileBatch {
+    let mut b = DictionaryBuilder::new();
+    let loc = b.location(Location {
+        address: 0x10,
+        ..Default::default()
+    });
+    let stack = b.stack(&[loc]);
+    let sample = if c.timestamped {
+        Sample {
+            stack_index: stack,
+            values: vec![5, 6],
+            timestamps_unix_nano: vec![T0, T0 + 1],
+            ..Default::default()
+        }
+    } else {
+        Sample {
+            stack_index: stack,
+            values: vec![11],
+            ..Default::default()
+        }
+    };
+    let profile = Profile {
+        sample_type: Some(ValueType {
+            type_strindex: b.string(c.sample.0),
+            unit_strindex: b.string(c.sample.1),
+        }),
+        period_type: Some(ValueType {
+            type_strindex: b.string(c.period_type.0),
+            unit_strindex: b.string(c.period_type.1),
+        }),
+        period: c.period,
+        time_unix_nano: T0,
+        duration_nano: c.duration,
+        samples: vec![sample],
+        ..Default::default()
+    };
+    let attributes = c
+        .family
+        .map(|f| {
+            vec![kv(
+                crate::profile_types::FAMILY_ATTRIBUTE,
+                AttrValue::StringValue(f.into()),
+            )]
+        })
+        .unwrap_or_default();
+    batch_from_wire(
+        b.finish(),
+        vec![ResourceProfiles {
+            resource: Some(Resource {
+                attributes,
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: vec![profile],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    )
+}
+
+/// Every row of the table, with what Parca is sent for it (written out here, not read
+/// from the table).
+fn type_cases() -> Vec<(TypeCase, Expected)> {
+    const SAMPLING: i64 = 52_631_578;
+    const NS: &str = "nanoseconds";
+    let timestamped = |c: TypeCase| TypeCase {
+        timestamped: true,
+        ..c
+    };
+    let family = |c: TypeCase, f: &'static str| TypeCase {
+        family: Some(f),
+        ..c
+    };
+    let go_cpu = |sample| TypeCase {
+        duration: 2_600_000_000,
+        ..case(sample, ("cpu", NS), 10_000_000)
+    };
+    let heap = |sample| case(sample, ("space", "bytes"), 524_288);
+    let contention = |sample| case(sample, ("contentions", "count"), 1);
+    let wall = |sample| case(sample, ("wall", NS), 10_175_000);
+    let as_given = |producer, c: &TypeCase| -> Expected {
+        (
+            producer,
+            [c.sample.0, c.sample.1, c.period_type.0, c.period_type.1],
+            c.period,
+            c.period,
+            c.duration,
+        )
+    };
+    let mut cases = Vec::new();
+    let mut push = |c: TypeCase, e: Expected| cases.push((c, e));
+    // The CPU of the eBPF receivers: a 1 s delta when the profile has no duration.
+    let c = timestamped(case(("samples", "count"), ("cpu", NS), SAMPLING));
+    push(
+        c,
+        (
+            "parca_agent",
+            ["samples", "count", "cpu", NS],
+            SAMPLING,
+            SAMPLING,
+            1_000_000_000,
+        ),
+    );
+    let off_cpu = (
+        "parca_agent",
+        ["wallclock", NS, "samples", "count"],
+        0,
+        SAMPLING,
+        1_000_000_000,
+    );
+    push(timestamped(case(("off_cpu", NS), ("", ""), 0)), off_cpu);
+    push(case(("wallclock", NS), ("samples", "count"), 0), off_cpu);
+    for sample in [("samples", "count"), ("cpu", NS)] {
+        let c = go_cpu(sample);
+        let e = as_given("process_cpu", &c);
+        push(c, e);
+    }
+    for sample in [
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
+        ("inuse_objects", "count"),
+        ("inuse_space", "bytes"),
+        ("objects", "count"),
+        ("space", "bytes"),
+        ("alloc_samples", "count"),
+        ("alloc_size", "bytes"),
+    ] {
+        let c = heap(sample);
+        let e = as_given("memory", &c);
+        push(c, e);
+    }
+    for sample in [("contentions", "count"), ("delay", NS)] {
+        for (f, producer) in [
+            (Some("mutex"), "mutex"),
+            (Some("block"), "block"),
+            (None, "contentions"),
+            (Some("process_cpu"), "contentions"),
+        ] {
+            let c = match f {
+                Some(f) => family(contention(sample), f),
+                None => contention(sample),
+            };
+            let e = as_given(producer, &c);
+            push(c, e);
+        }
+    }
+    let c = case(("goroutine", "count"), ("goroutine", "count"), 1);
+    let e = as_given("goroutine", &c);
+    push(c, e);
+    for (sample, producer, written) in [
+        (("mutex_count", "count"), "mutex", ["contentions", "count"]),
+        (("mutex_duration", NS), "mutex", ["delay", NS]),
+        (("block_count", "count"), "block", ["contentions", "count"]),
+        (("block_duration", NS), "block", ["delay", NS]),
+    ] {
+        push(
+            contention(sample),
+            (
+                producer,
+                [written[0], written[1], "contentions", "count"],
+                1,
+                1,
+                0,
+            ),
+        );
+    }
+    for sample in [("sample", "count"), ("wall", NS)] {
+        let c = wall(sample);
+        let e = as_given("wall", &c);
+        push(c, e);
+    }
+    for (sample, producer) in [
+        (("lock_count", "count"), "mutex"),
+        (("lock_time", NS), "mutex"),
+        (("exception", "count"), "exceptions"),
+        (("widgets", "furlongs"), "profcol"),
+    ] {
+        let c = case(sample, ("tick", "count"), 3);
+        let e = as_given(producer, &c);
+        push(c, e);
+    }
+    cases
+}
+
+#[test]
+fn every_row_of_the_profile_type_table_maps_as_parca_names_it() {
+    let mut rows_hit = std::collections::BTreeSet::new();
+    for (c, (producer, names, period, period_v1, duration)) in type_cases() {
+        let what = format!("{:?} over {:?} ({:?})", c.sample, c.period_type, c.family);
+        let model = Model::from_batch(&case_batch(&c));
+        assert_eq!(model.series.len(), 1, "{what}");
+        let s = &model.series[0];
+        assert_eq!(s.producer, producer, "{what}");
+        assert_eq!(
+            [
+                s.sample_type.as_str(),
+                s.sample_unit.as_str(),
+                s.period_type.as_str(),
+                s.period_unit.as_str()
+            ],
+            names,
+            "{what}"
+        );
+        assert_eq!((s.period, s.period_v1), (period, period_v1), "{what}");
+        assert_eq!(s.duration, duration, "{what}");
+        assert_eq!(s.temporality, (duration != 0).then_some("delta"), "{what}");
+        assert_eq!(model.rows[0].value, 11, "{what}: the sum of the values");
+        let key = crate::profile_types::Key {
+            sample: c.sample,
+            period_type: c.period_type.0,
+            timestamped: c.timestamped,
+            family: c.family,
+        };
+        if let Some(row) = crate::profile_types::lookup(&key) {
+            rows_hit.insert(row.name);
+        }
+    }
+    let all: std::collections::BTreeSet<&str> = crate::profile_types::PROFILE_TYPES
+        .iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(rows_hit, all, "a case per row of the table");
+    assert_eq!(
+        all.len(),
+        crate::profile_types::PROFILE_TYPES.len(),
+        "row names are unique"
+    );
+    assert_eq!(crate::profile_types::ON_CPU.name, "on-CPU");
+}
+
+/// A CPU profile (timestamps only) and an off-CPU one (a value per timestamp) of one
+/// process, as the `profiling` receiver emits them, sampling at `frequency` Hz.
+fn cpu_and_off_cpu_batch(frequency: i64) -> ProfileBatch {
+    let mut b = DictionaryBuilder::new();
+    let name = b.string("read");
+    let read = b.function(Function {
+        name_strindex: name,
+        ..Default::default()
+    });
+    let loc = b.location(Location {
+        address: 0x20,
+        lines: vec![Line {
+            function_index: read,
+            line: 1,
+            column: 0,
+        }],
+        ..Default::default()
+    });
+    let stack = b.stack(&[loc]);
+    let mut cpu = cpu_profile(
+        &mut b,
+        vec![Sample {
+            stack_index: stack,
+            timestamps_unix_nano: vec![T0 + 1, T0 + 2, T0 + 3],
+            ..Default::default()
+        }],
+    );
+    cpu.period = 1_000_000_000 / frequency;
+    let off_cpu = Profile {
+        sample_type: Some(ValueType {
+            type_strindex: b.string("off_cpu"),
+            unit_strindex: b.string("nanoseconds"),
+        }),
+        period_type: None,
+        period: 0,
+        time_unix_nano: T0,
+        duration_nano: 0,
+        samples: vec![Sample {
+            stack_index: stack,
+            values: vec![1_500_000, 2_500_000],
+            timestamps_unix_nano: vec![T0 + 7, T0 + 5],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    batch_from_wire(
+        b.finish(),
+        vec![ResourceProfiles {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", AttrValue::StringValue("app".into()))],
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: vec![cpu, off_cpu],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    )
+}
+
+#[test]
+fn off_cpu_goes_to_parca_as_the_agents_wallclock_in_v2() {
+    let batch = cpu_and_off_cpu_batch(99);
+    let record = read(&encode_v2(&batch, Compression::Lz4).expect("encode"));
+    let mut rows = v2_rows(&record);
+    rows.sort_by(|a, b| a.4.cmp(&b.4));
+    assert_eq!(rows.len(), 2);
+    let (on, off) = (&rows[0], &rows[1]);
+    let types = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        off.4,
+        types(&[
+            "parca_agent",
+            "wallclock",
+            "nanoseconds",
+            "samples",
+            "count",
+            "delta",
+            "0",
+            "1000000000"
+        ])
+    );
+    // The sum of the per-event values, at the earliest event.
+    assert_eq!((off.2, off.3), (4_000_000, T0 as i64 + 5));
+    assert_eq!(
+        on.4,
+        types(&[
+            "parca_agent",
+            "samples",
+            "count",
+            "cpu",
+            "nanoseconds",
+            "delta",
+            "10101010",
+            "5000000000"
+        ])
+    );
+    assert_eq!((on.2, on.3), (3, T0 as i64 + 1));
+    assert_eq!(off.1, on.1, "the same stack");
+}
+
+/// The v1 samples record's rows as (sample_type, period_type, value, period, duration).
+fn v1_rows(record: &RecordBatch) -> Vec<(String, String, i64, i64, i64)> {
+    let column = |name: &str| record.column_by_name(name).expect(name);
+    (0..record.num_rows())
+        .map(|r| {
+            (
+                ree_text(column("sample_type"), r).expect("sample type"),
+                ree_text(column("period_type"), r).expect("period type"),
+                column("value")
+                    .as_primitive::<arrow_array::types::Int64Type>()
+                    .value(r),
+                ree_i64(column("period"), r),
+                ree_i64(column("duration"), r),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn off_cpu_in_v1_carries_the_sampling_period_beside_it_or_the_default() {
+    let record = read(&encode_v1_samples(&cpu_and_off_cpu_batch(99)).expect("encode"));
+    let mut rows = v1_rows(&record);
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            ("samples".into(), "cpu".into(), 3, 10_101_010, 5_000_000_000),
+            (
+                "wallclock".into(),
+                "samples".into(),
+                4_000_000,
+                10_101_010,
+                1_000_000_000
+            ),
+        ]
+    );
+    assert_eq!(
+        ree_text(record.column_by_name("producer").expect("producer"), 0).as_deref(),
+        Some("parca_agent")
+    );
+    // Off-CPU alone (no CPU profile beside it): 1e9 / 19 Hz, the default frequency.
+    let c = TypeCase {
+        timestamped: true,
+        ..case(("off_cpu", "nanoseconds"), ("", ""), 0)
+    };
+    let record = read(&encode_v1_samples(&case_batch(&c)).expect("encode"));
+    assert_eq!(
+        v1_rows(&record),
+        [(
+            "wallclock".into(),
+            "samples".into(),
+            11,
+            52_631_578,
+            1_000_000_000
+        )]
+    );
 }
 
 // ---- config ------------------------------------------------------------------------

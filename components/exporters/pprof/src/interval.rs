@@ -29,7 +29,7 @@ pub(crate) struct Window {
 impl Window {
     /// Adds what `admit` lets in (asked once per service and group, before it is merged).
     pub fn add(&mut self, batch: &ProfileBatch, admit: &mut dyn FnMut(&str) -> bool) {
-        for (key, part) in split(batch) {
+        for (key, part) in split(&crate::separate::separated(batch)) {
             if !admit(&key.service) {
                 continue;
             }

@@ -1,6 +1,7 @@
 //! `pprof`: writes profiles as gzipped pprof files, one per resource, scope and group of
 //! profiles (or, with `interval`, one per service and set of sample types per interval),
-//! and/or pushes them to a Pyroscope-compatible `/ingest`.
+//! and/or pushes them to a Pyroscope-compatible `/ingest`. Off-CPU profiles always make
+//! pprofs of their own, never joined with CPU.
 //!
 //! Files are written whole (temp file, then linked or renamed to their name) under names
 //! that never replace another file. [`Exporter::export`] is one attempt: what an attempt
@@ -12,6 +13,7 @@ mod files;
 mod interval;
 mod push;
 mod retention;
+mod separate;
 mod services;
 mod template;
 mod timefmt;
@@ -152,8 +154,10 @@ pub(crate) fn outputs(
     options: &ToPprofOptions,
     now: u64,
 ) -> Result<Vec<Output>, PprofError> {
+    // Off-CPU gets pprofs of its own (scopes split; resources as they were).
+    let batch = separate::separated(batch);
     let mut out = Vec::new();
-    for o in batch_to_pprof(batch, options)? {
+    for o in batch_to_pprof(&batch, options)? {
         if o.sample_count == 0 {
             continue;
         }
@@ -318,7 +322,7 @@ impl Inner {
         let Some(template) = &self.template else {
             return Err(ExportError::permanent("files are not written"));
         };
-        let name = template.render(&NameValues {
+        let name = template.render_output(&NameValues {
             service: &output.service,
             sample_type: &output.sample_type,
             time: &timefmt::compact(output.start_nanos),

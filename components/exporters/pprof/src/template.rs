@@ -128,22 +128,42 @@ impl Template {
 }
 
 impl Template {
+    /// Whether the template names the sample type (`{type}`).
+    pub fn has_type(&self) -> bool {
+        self.parts.contains(&Part::Value(Placeholder::Type))
+    }
+
+    /// The file name of an output: [`Template::render`], and when the template does not
+    /// name the sample type, `-<type>` before the extension for off-CPU profiles, so that
+    /// they are told from the CPU profiles of the same service and time (whose names stay
+    /// what the template makes).
+    pub fn render_output(&self, values: &NameValues<'_>) -> String {
+        let name = self.render(values);
+        if self.has_type() || !crate::separate::is_off_cpu(values.sample_type) {
+            return name;
+        }
+        let ext_at = extension_start(&name);
+        safe_file_name(&format!(
+            "{}-{}{}",
+            &name[..ext_at],
+            sanitize(values.sample_type),
+            &name[ext_at..]
+        ))
+    }
+
     /// Whether `name` is one this template renders (with or without a `-n` suffix before
-    /// the extension): literal text as rendered, each placeholder one or more of the
-    /// characters a made-safe value has (ASCII letters, digits, `.`, `_`, `-`). Used to
-    /// find this exporter's files among others in the directory.
+    /// the extension, and, without `{type}`, an off-CPU type's `-<type>` before that):
+    /// literal text as rendered, each placeholder one or more of the characters a
+    /// made-safe value has (ASCII letters, digits, `.`, `_`, `-`). Used to find this
+    /// exporter's files among others in the directory.
     pub fn matches(&self, name: &str) -> bool {
-        if self.matches_exactly(name) {
-            return true;
+        let mut candidates = vec![name.to_owned()];
+        candidates.extend(without_number(name));
+        if !self.has_type() {
+            let typed: Vec<String> = candidates.iter().filter_map(|c| without_type(c)).collect();
+            candidates.extend(typed);
         }
-        let ext_at = extension_start(name);
-        let stem = &name[..ext_at];
-        match stem.rsplit_once('-') {
-            Some((head, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
-                self.matches_exactly(&format!("{head}{}", &name[ext_at..]))
-            }
-            _ => false,
-        }
+        candidates.iter().any(|c| self.matches_exactly(c))
     }
 
     fn matches_exactly(&self, name: &str) -> bool {
@@ -255,6 +275,21 @@ pub(crate) fn safe_file_name(name: &str) -> String {
         out.remove(0);
     }
     out
+}
+
+/// `name` without a `-n` before its extension, if it has one.
+fn without_number(name: &str) -> Option<String> {
+    let ext_at = extension_start(name);
+    let (head, n) = name[..ext_at].rsplit_once('-')?;
+    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| format!("{head}{}", &name[ext_at..]))
+}
+
+/// `name` without an off-CPU type's `-<type>` before its extension, if it has one.
+fn without_type(name: &str) -> Option<String> {
+    let ext_at = extension_start(name);
+    let (head, t) = name[..ext_at].rsplit_once('-')?;
+    crate::separate::is_off_cpu(t).then(|| format!("{head}{}", &name[ext_at..]))
 }
 
 /// `name` with `-n` before its extension: `a.pb.gz` → `a-1.pb.gz`, `a.svg` → `a-1.svg`.
@@ -382,6 +417,35 @@ mod tests {
         assert!(!t.matches("profile-x.pb.gz"));
         let t = Template::parse(".{service}").expect("valid");
         assert!(t.matches(&t.render(&values())));
+    }
+
+    #[test]
+    fn off_cpu_gets_its_type_before_the_extension_only_without_type_in_the_template() {
+        let off_cpu = NameValues {
+            sample_type: "off_cpu",
+            ..values()
+        };
+        let t = Template::parse("{service}-{time}.pb.gz").expect("valid");
+        assert!(!t.has_type());
+        // CPU keeps the name the template makes; off-CPU gets `-off_cpu`.
+        assert_eq!(t.render_output(&values()), "cart-20261130T044512Z.pb.gz");
+        let name = t.render_output(&off_cpu);
+        assert_eq!(name, "cart-20261130T044512Z-off_cpu.pb.gz");
+        // Retention finds both, numbered or not.
+        for n in [name.clone(), with_suffix(&name, 2)] {
+            assert!(t.matches(&n), "{n}");
+        }
+        let t = Template::parse("profile.pb.gz").expect("valid");
+        assert_eq!(t.render_output(&off_cpu), "profile-off_cpu.pb.gz");
+        assert!(t.matches("profile-off_cpu.pb.gz") && t.matches("profile-off_cpu-1.pb.gz"));
+        assert!(!t.matches("profile-samples.pb.gz"));
+        // With `{type}` the type is in the name already.
+        let t = Template::parse(crate::config::DEFAULT_FILE_NAME).expect("valid");
+        assert!(t.has_type());
+        assert_eq!(
+            t.render_output(&off_cpu),
+            "cart-off_cpu-20261130T044512Z.pb.gz"
+        );
     }
 
     #[test]

@@ -17,6 +17,8 @@ use profcol_core::exporterhelper::{QueueSettings, RetrySettings};
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::codec::plain_pprof;
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
+use profcol_core::pdata::testing::{WireDictionaryBuilder, batch_from_wire};
+use profcol_core::pdata::types as wire;
 use profcol_core::pdata::types::{AnyValue, KeyValue, Value};
 use profcol_core::telemetry::Telemetry;
 use profcol_proto::pprof as pp;
@@ -698,6 +700,204 @@ fn create_reports_a_directory_it_cannot_make() {
         .err()
         .expect("not a directory");
     assert!(e.to_string().starts_with("pprof/out: cannot make "), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+// ---- on- and off-CPU ----------------------------------------------------------------
+
+const T0: u64 = 1_700_000_000_000_000_000;
+/// 19 Hz, the `profiling` receiver's default.
+const CPU_PERIOD: i64 = 1_000_000_000 / 19;
+/// What each off-CPU batch below is off CPU for, in all.
+const OFF_CPU_NANOS: i64 = 1_500_000 + 2_500_000 + 3_000_000;
+
+fn wire_function(b: &mut WireDictionaryBuilder, name: &str) -> i32 {
+    let name = b.string(name);
+    let function = b.function(wire::Function {
+        name_strindex: name,
+        ..Default::default()
+    });
+    let location = b.location(wire::Location {
+        lines: vec![wire::Line {
+            function_index: function,
+            line: 1,
+            column: 0,
+        }],
+        ..Default::default()
+    });
+    b.stack(&[location])
+}
+
+fn value_type(b: &mut WireDictionaryBuilder, t: &str, unit: &str) -> Option<wire::ValueType> {
+    Some(wire::ValueType {
+        type_strindex: b.string(t),
+        unit_strindex: b.string(unit),
+    })
+}
+
+/// One process of `service` as the `profiling` receiver emits it: a CPU profile (3
+/// samples, timestamps only, in `compute`) and an off-CPU one (a value per timestamp,
+/// [`OFF_CPU_NANOS`] in all, in `read`), with no period type. `cpu_shaped`: the off-CPU
+/// profile has the CPU profile's period type and period, so that pdata's pprof groups
+/// would put both in one pprof.
+fn cpu_and_off_cpu(service: &str, pid: i64, cpu_shaped: bool) -> ProfileBatch {
+    let mut b = WireDictionaryBuilder::new();
+    let compute = wire_function(&mut b, "compute");
+    let read = wire_function(&mut b, "read");
+    let cpu = wire::Profile {
+        sample_type: value_type(&mut b, "samples", "count"),
+        period_type: value_type(&mut b, "cpu", "nanoseconds"),
+        period: CPU_PERIOD,
+        time_unix_nano: T0,
+        duration_nano: 10_000_000_000,
+        samples: vec![wire::Sample {
+            stack_index: compute,
+            timestamps_unix_nano: vec![T0 + 1, T0 + 2, T0 + 3],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let off_cpu = wire::Profile {
+        sample_type: value_type(&mut b, "off_cpu", "nanoseconds"),
+        period_type: if cpu_shaped { cpu.period_type } else { None },
+        period: if cpu_shaped { CPU_PERIOD } else { 0 },
+        samples: vec![
+            wire::Sample {
+                stack_index: read,
+                values: vec![1_500_000, 2_500_000],
+                timestamps_unix_nano: vec![T0 + 5, T0 + 6],
+                ..Default::default()
+            },
+            wire::Sample {
+                stack_index: compute,
+                values: vec![3_000_000],
+                timestamps_unix_nano: vec![T0 + 7],
+                ..Default::default()
+            },
+        ],
+        ..cpu.clone()
+    };
+    batch_from_wire(
+        b.finish(),
+        vec![wire::ResourceProfiles {
+            resource: Some(wire::Resource {
+                attributes: vec![
+                    kv("service.name", Value::StringValue(service.into())),
+                    kv("process.pid", Value::IntValue(pid)),
+                ],
+                ..Default::default()
+            }),
+            scope_profiles: vec![wire::ScopeProfiles {
+                profiles: vec![cpu, off_cpu],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    )
+}
+
+/// The two files of `dir` (CPU, then off-CPU, by name) checked for their sample types,
+/// totals (`times` batches' worth) and functions.
+fn check_cpu_and_off_cpu_files(dir: &Path, cpu: &str, off_cpu: &str, times: i64) {
+    let names = names_in(dir);
+    assert_eq!(names, [off_cpu, cpu], "one file per sample type");
+    let on = read_pprof(&dir.join(cpu));
+    assert_eq!(sample_types(&on), [("samples".into(), "count".into())]);
+    assert_eq!(totals(&on), [3 * times]);
+    assert_eq!(function_names(&on), BTreeSet::from(["compute".to_owned()]));
+    let off = read_pprof(&dir.join(off_cpu));
+    assert_eq!(
+        sample_types(&off),
+        [("off_cpu".into(), "nanoseconds".into())]
+    );
+    // Widths are the off-CPU nanoseconds: the sum of each sample's values.
+    assert_eq!(totals(&off), [OFF_CPU_NANOS * times]);
+    assert_eq!(
+        function_names(&off),
+        BTreeSet::from(["compute".to_owned(), "read".to_owned()])
+    );
+}
+
+#[tokio::test]
+async fn cpu_and_off_cpu_of_one_process_make_a_file_per_sample_type() {
+    for cpu_shaped in [false, true] {
+        let dir = scratch("off-cpu");
+        let batch = cpu_and_off_cpu("app", 7, cpu_shaped);
+        // Shaped like CPU, pdata alone would make one pprof of both.
+        let profiles = &batch.resource_profiles()[0].scope_profiles[0].profiles;
+        let groups = profcol_core::pdata::pprof::pprof_groups(batch.dictionary(), profiles);
+        assert_eq!(groups.len(), if cpu_shaped { 1 } else { 2 });
+        let exporter = create(config(&dir));
+        exporter.export(batch).await.expect("export");
+        exporter.shutdown().await.expect("shutdown");
+        let time = timefmt::compact(T0);
+        check_cpu_and_off_cpu_files(
+            &dir,
+            &format!("app-samples-{time}.pb.gz"),
+            &format!("app-off_cpu-{time}.pb.gz"),
+            1,
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[tokio::test]
+async fn interval_merges_each_sample_type_of_a_service_into_its_own_file() {
+    let dir = scratch("off-cpu-interval");
+    let exporter = create(Config {
+        interval: Duration::from_secs(3600),
+        ..config(&dir)
+    });
+    // Two processes of one service; one with off-CPU shaped like its CPU profile.
+    for (pid, cpu_shaped) in [(1, false), (2, true)] {
+        exporter
+            .export(cpu_and_off_cpu("app", pid, cpu_shaped))
+            .await
+            .expect("export");
+    }
+    exporter.shutdown().await.expect("shutdown");
+    let time = timefmt::compact(T0);
+    check_cpu_and_off_cpu_files(
+        &dir,
+        &format!("app-samples-{time}.pb.gz"),
+        &format!("app-off_cpu-{time}.pb.gz"),
+        2,
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn a_template_without_type_names_off_cpu_files_by_a_suffix() {
+    let dir = scratch("off-cpu-names");
+    let exporter = create(Config {
+        file_name: "{service}-{time}.pb.gz".into(),
+        max_files: 2,
+        ..config(&dir)
+    });
+    exporter
+        .export(cpu_and_off_cpu("app", 7, false))
+        .await
+        .expect("export");
+    let time = timefmt::compact(T0);
+    check_cpu_and_off_cpu_files(
+        &dir,
+        &format!("app-{time}.pb.gz"),
+        &format!("app-{time}-off_cpu.pb.gz"),
+        1,
+    );
+    // Retention counts off-CPU files as its own: two more files leave the newest two.
+    exporter
+        .export(cpu_and_off_cpu("app", 7, false))
+        .await
+        .expect("export");
+    assert_eq!(
+        names_in(&dir),
+        [
+            format!("app-{time}-1.pb.gz"),
+            format!("app-{time}-off_cpu-1.pb.gz")
+        ]
+    );
+    exporter.shutdown().await.expect("shutdown");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -40,7 +40,7 @@ impl Default for Config {
             keep: 60,
             max_age: Duration::ZERO,
             max_services: DEFAULT_MAX_SERVICES,
-            title: "{service} {type} {start}".to_owned(),
+            title: "{service} {type} {unit} {start}".to_owned(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Folded stacks (`root;caller;leaf value`) summed per service and sample type.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use profcol_core::pdata::Dictionary;
 use profcol_core::pdata::ProfileBatch;
@@ -43,11 +43,17 @@ pub(crate) struct Graph {
     pub end_nanos: u64,
 }
 
+/// What tells graphs apart: service, sample type and unit. On-CPU (`samples`) and
+/// off-CPU (`off_cpu`) profiles of one service are two graphs, never one.
+type GraphKey = (String, String, String);
+
 /// The graphs of the current interval, in first-seen order.
 #[derive(Debug, Default)]
 pub(crate) struct Accumulator {
     graphs: Vec<Graph>,
-    index: HashMap<(String, String), usize>,
+    index: HashMap<GraphKey, usize>,
+    /// (service, name) of the graphs, names being unique per service.
+    names: HashSet<(String, String)>,
     /// Bytes of the distinct lines held, against [`MAX_INTERVAL_LINE_BYTES`].
     line_bytes: usize,
     /// Samples summed into [`OTHER_STACKS`] this interval.
@@ -170,26 +176,22 @@ impl Accumulator {
         self.over_cap = over_cap;
     }
 
-    /// The graph for (service, type), made on first use. A type seen again with another
-    /// unit gets its own graph, named `<type>_<unit>`.
+    /// The graph of (service, sample type, unit), made on first use. It is named by its
+    /// type; a type seen again with another unit is named `<type>_<unit>`.
     fn graph(&mut self, service: &str, sample_type: &str, unit: &str) -> &mut Graph {
         let sample_type = if sample_type.is_empty() {
             "unknown"
         } else {
             sample_type
         };
-        let mut key = (service.to_owned(), sample_type.to_owned());
-        if let Some(&i) = self.index.get(&key)
-            && self.graphs.get(i).is_some_and(|g| g.unit != unit)
-        {
-            key.1 = format!("{sample_type}_{unit}");
-        }
+        let key = (service.to_owned(), sample_type.to_owned(), unit.to_owned());
         let i = match self.index.get(&key) {
             Some(&i) => i,
             None => {
+                let name = self.free_name(service, sample_type, unit);
                 self.graphs.push(Graph {
-                    service: key.0.clone(),
-                    sample_type: key.1.clone(),
+                    service: service.to_owned(),
+                    sample_type: name,
                     unit: unit.to_owned(),
                     stacks: HashMap::new(),
                     samples: 0,
@@ -205,6 +207,20 @@ impl Accumulator {
         &mut self.graphs[i]
     }
 
+    /// A name for a new graph of `service`: the sample type, else `<type>_<unit>`, else
+    /// that with `_2`, `_3`... (a sender may name types anything).
+    fn free_name(&mut self, service: &str, sample_type: &str, unit: &str) -> String {
+        let candidates = [sample_type.to_owned(), format!("{sample_type}_{unit}")];
+        let numbered = (2u64..).map(|n| format!("{sample_type}_{unit}_{n}"));
+        let name = candidates
+            .into_iter()
+            .chain(numbered)
+            .find(|n| !self.names.contains(&(service.to_owned(), n.clone())))
+            .unwrap_or_default();
+        self.names.insert((service.to_owned(), name.clone()));
+        name
+    }
+
     /// The services gathered so far.
     pub fn services(&self) -> impl Iterator<Item = &str> {
         self.graphs.iter().map(|g| g.service.as_str())
@@ -213,6 +229,7 @@ impl Accumulator {
     /// The graphs so far; the accumulator is left empty.
     pub fn take(&mut self) -> Vec<Graph> {
         self.index.clear();
+        self.names.clear();
         self.line_bytes = 0;
         if self.over_cap > 0 {
             tracing::warn!(

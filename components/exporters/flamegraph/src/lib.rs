@@ -1,5 +1,6 @@
-//! `flamegraph`: sums folded stacks per service and sample type and, every `interval` and
-//! at shutdown, renders each as an interactive SVG flame graph (inferno) into
+//! `flamegraph`: sums folded stacks per service, sample type and unit (so on- and off-CPU
+//! are always two graphs) and, every `interval` and at shutdown, renders each as an
+//! interactive SVG flame graph (inferno) into
 //! `<directory>/<service>/<type>-<UTC time>.svg` and `latest-<type>.svg`, and rewrites
 //! `<directory>/index.html`, a page linking every flame graph kept.
 

@@ -218,7 +218,7 @@ fn defaults_and_helper_settings() {
     assert_eq!(c.keep, 60);
     assert_eq!(c.max_age, Duration::ZERO);
     assert_eq!(c.max_services, 1000);
-    assert_eq!(c.title, "{service} {type} {start}");
+    assert_eq!(c.title, "{service} {type} {unit} {start}");
     assert!(c.validate().is_empty());
     let s = FlamegraphExporterFactory.helper_settings(&c);
     assert!(!s.queue.enabled);
@@ -297,7 +297,10 @@ async fn go_cpu_renders_a_well_formed_svg_per_sample_type_and_an_index() {
     let cpu = std::fs::read_to_string(svc.join(format!("cpu-{time}.svg"))).expect("svg");
     // Titled by the template, and counted in the sample type's unit.
     let start = timefmt::rfc3339(u64::try_from(p.time_nanos).expect("time"));
-    assert!(cpu.contains(&format!("cart cpu {start}")), "title");
+    assert!(
+        cpu.contains(&format!("cart cpu nanoseconds {start}")),
+        "title"
+    );
     assert!(cpu.contains(" nanoseconds, "), "unit");
     let samples = std::fs::read_to_string(svc.join(format!("samples-{time}.svg"))).expect("svg");
     assert!(samples.contains(" samples, "), "unit");
@@ -646,6 +649,224 @@ fn stacks_fold_root_first_with_inlined_frames_innermost_last() {
     assert_eq!(g.start_nanos, 1_700_000_000_000_000_000);
     assert_eq!(g.end_nanos, 1_700_000_010_000_000_000);
     assert!(acc.is_empty());
+}
+
+// ---- on- and off-CPU ----------------------------------------------------------------
+
+const T0: u64 = 1_700_000_000_000_000_000;
+
+/// `main;<leaf>` as a stack.
+fn main_then(b: &mut DictionaryBuilder, leaf: &str) -> i32 {
+    let mut location = |name: &str, address| {
+        let name_strindex = b.string(name);
+        let function_index = b.function(Function {
+            name_strindex,
+            ..Default::default()
+        });
+        b.location(Location {
+            lines: vec![Line {
+                function_index,
+                ..Default::default()
+            }],
+            address,
+            ..Default::default()
+        })
+    };
+    let (main, leaf) = (location("main", 1), location(leaf, 2));
+    b.stack(&[leaf, main])
+}
+
+/// A profile of one sample type (`unit`) with these (stack, values, timestamps) samples.
+fn profile_of(
+    b: &mut DictionaryBuilder,
+    sample_type: (&str, &str),
+    samples: Vec<(i32, Vec<i64>, Vec<u64>)>,
+) -> Profile {
+    Profile {
+        sample_type: Some(ValueType {
+            type_strindex: b.string(sample_type.0),
+            unit_strindex: b.string(sample_type.1),
+        }),
+        time_unix_nano: T0,
+        duration_nano: 10_000_000_000,
+        samples: samples
+            .into_iter()
+            .map(|(stack_index, values, timestamps_unix_nano)| Sample {
+                stack_index,
+                values,
+                timestamps_unix_nano,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A process of `app` as the `profiling` receiver emits it: CPU in `main;compute` (3
+/// timestamps), off-CPU in `main;read` (1.5 + 2.5 ms) and `main;nanosleep` (3 ms), a
+/// value per timestamp.
+fn cpu_and_off_cpu() -> ProfileBatch {
+    let mut b = DictionaryBuilder::new();
+    let compute = main_then(&mut b, "compute");
+    let read = main_then(&mut b, "read");
+    let sleep = main_then(&mut b, "nanosleep");
+    let cpu = profile_of(
+        &mut b,
+        ("samples", "count"),
+        vec![(compute, vec![], vec![T0 + 1, T0 + 2, T0 + 3])],
+    );
+    let off_cpu = profile_of(
+        &mut b,
+        ("off_cpu", "nanoseconds"),
+        vec![
+            (read, vec![1_500_000, 2_500_000], vec![T0 + 4, T0 + 5]),
+            (sleep, vec![3_000_000], vec![T0 + 6]),
+        ],
+    );
+    batch_from_wire(
+        b.finish(),
+        vec![ResourceProfiles {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", "app")],
+                ..Default::default()
+            }),
+            scope_profiles: vec![ScopeProfiles {
+                profiles: vec![cpu, off_cpu],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    )
+}
+
+/// (name, unit, folded stacks sorted, samples, total) of each graph.
+type Drawn = (String, String, Vec<(String, u64)>, u64, u64);
+
+fn drawn(graphs: &[folded::Graph]) -> Vec<Drawn> {
+    graphs
+        .iter()
+        .map(|g| {
+            let mut stacks: Vec<(String, u64)> =
+                g.stacks.iter().map(|(s, v)| (s.clone(), *v)).collect();
+            stacks.sort();
+            (
+                g.sample_type.clone(),
+                g.unit.clone(),
+                stacks,
+                g.samples,
+                g.total,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn off_cpu_is_a_graph_of_its_own_as_wide_as_its_values() {
+    let mut acc = Accumulator::default();
+    acc.add(&cpu_and_off_cpu(), 0, &mut |_| true);
+    let s = |t: &str| t.to_owned();
+    assert_eq!(
+        drawn(&acc.take()),
+        [
+            (s("samples"), s("count"), vec![(s("main;compute"), 3)], 1, 3),
+            (
+                s("off_cpu"),
+                s("nanoseconds"),
+                vec![
+                    (s("main;nanosleep"), 3_000_000),
+                    (s("main;read"), 4_000_000)
+                ],
+                2,
+                7_000_000
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_type_seen_with_another_unit_is_another_graph() {
+    let mut b = DictionaryBuilder::new();
+    let read = main_then(&mut b, "read");
+    let profiles: Vec<Profile> = [
+        (("off_cpu", "nanoseconds"), 5),
+        (("off_cpu", "count"), 2),
+        // A sender's own type named as the second graph is: a graph of its own.
+        (("off_cpu_count", "count"), 1),
+        (("off_cpu", "nanoseconds"), 5),
+        // Both names a third unit would get are taken: numbered.
+        (("off_cpu_bytes", "count"), 7),
+        (("off_cpu", "bytes"), 9),
+    ]
+    .into_iter()
+    .map(|(t, v)| profile_of(&mut b, t, vec![(read, vec![v], vec![])]))
+    .collect();
+    let batch = batch_from_wire(
+        b.finish(),
+        vec![ResourceProfiles {
+            scope_profiles: vec![ScopeProfiles {
+                profiles,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    );
+    let mut acc = Accumulator::default();
+    acc.add(&batch, T0, &mut |_| true);
+    let graphs: Vec<(String, String, u64)> = acc
+        .take()
+        .into_iter()
+        .map(|g| (g.sample_type, g.unit, g.total))
+        .collect();
+    let s = |t: &str| t.to_owned();
+    assert_eq!(
+        graphs,
+        [
+            (s("off_cpu"), s("nanoseconds"), 10),
+            (s("off_cpu_count"), s("count"), 2),
+            (s("off_cpu_count_count"), s("count"), 1),
+            (s("off_cpu_bytes"), s("count"), 7),
+            (s("off_cpu_bytes_2"), s("bytes"), 9),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn on_and_off_cpu_make_two_svgs_titled_by_type_and_unit() {
+    let dir = scratch("off-cpu");
+    let e = exporter(&config(&dir));
+    e.export(cpu_and_off_cpu()).await.expect("export");
+    e.shutdown().await.expect("shutdown flushes");
+    let time = timefmt::compact(T0);
+    let start = timefmt::rfc3339(T0);
+    let svc = dir.join("app");
+    assert_eq!(
+        svgs_in(&svc),
+        [format!("off_cpu-{time}.svg"), format!("samples-{time}.svg")]
+    );
+    let read = |name: &str| std::fs::read_to_string(svc.join(name)).expect("svg");
+    let off = read(&format!("off_cpu-{time}.svg"));
+    assert_well_formed(&off);
+    assert!(
+        off.contains(&format!("app off_cpu nanoseconds {start}")),
+        "title"
+    );
+    assert!(
+        off.contains("2 samples, 7000000 nanoseconds in total"),
+        "subtitle"
+    );
+    assert!(off.contains("read") && off.contains("nanosleep"));
+    assert!(
+        !off.contains("compute"),
+        "no CPU frame in the off-CPU graph"
+    );
+    let on = read(&format!("samples-{time}.svg"));
+    assert_well_formed(&on);
+    assert!(on.contains(&format!("app samples count {start}")), "title");
+    assert!(on.contains("1 samples, 3 samples in total"), "subtitle");
+    assert!(on.contains("compute") && !on.contains("nanosleep"));
+    assert_eq!(read("latest-off_cpu.svg"), off);
+    assert_eq!(read("latest-samples.svg"), on);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 // ---- retention and the service cap ----------------------------------------------------

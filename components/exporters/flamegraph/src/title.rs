@@ -1,4 +1,4 @@
-//! The flame graph title template: `{service} {type} {start}`.
+//! The flame graph title template: `{service} {type} {unit} {start}`.
 
 /// What a title can show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

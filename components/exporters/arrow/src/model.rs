@@ -417,12 +417,6 @@ impl<'a> Builder<'a> {
         Key {
             sample: (self.string(st.type_strindex), self.string(st.unit_strindex)),
             period_type: self.string(pt.type_strindex),
-            // All samples of a profile have one shape; pprof-born ones never timestamps.
-            timestamped: profile
-                .samples
-                .iter()
-                .next()
-                .is_some_and(|s| !s.timestamps_unix_nano.is_empty()),
             family,
         }
     }

@@ -15,7 +15,7 @@
 pub const AGENT_PRODUCER: &str = "parca_agent";
 /// Producer of heap profiles (Parca's `memory` scrape job).
 pub const MEMORY_PRODUCER: &str = "memory";
-/// Producer of a Go process's own CPU profile (Parca's `process_cpu` scrape job).
+/// Producer of a Go process's own CPU time (Parca's `process_cpu` scrape job).
 pub const PROCESS_CPU_PRODUCER: &str = "process_cpu";
 /// Producer of Go's contention profiles when nothing says whether they are mutex or
 /// block profiles (the two are written with the same types).
@@ -30,16 +30,6 @@ pub const AGENT_DURATION_NANOS: u64 = 1_000_000_000;
 /// 1e9 / 19 Hz, the agent's and the `profiling` receiver's default sampling period: the
 /// v1 `period` of off-CPU rows when no CPU profile beside them gives the real one.
 pub const DEFAULT_SAMPLING_PERIOD: i64 = 1_000_000_000 / 19;
-
-/// Which samples a row applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    Any,
-    /// Samples with timestamps: a sampling profiler (profcol's, the OTel eBPF profiler,
-    /// Parca's agent). pprof has no sample timestamps, so a pprof-born profile is never
-    /// this.
-    Timestamped,
-}
 
 /// How the `period` column is filled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +63,6 @@ pub struct ProfileType {
     /// Matched: the profile's period type's name (its unit is not looked at); `None`
     /// matches any, the empty one too.
     pub period_type: Option<&'static str>,
-    pub shape: Shape,
     /// Matched: the resource's [`FAMILY_ATTRIBUTE`], for types that alone cannot tell.
     pub family: Option<&'static str>,
     pub producer: &'static str,
@@ -96,7 +85,6 @@ const fn row(
         name,
         sample,
         period_type,
-        shape: Shape::Any,
         family: None,
         producer,
         parca_sample: None,
@@ -107,13 +95,6 @@ const fn row(
 }
 
 impl ProfileType {
-    const fn timestamped(self) -> Self {
-        ProfileType {
-            shape: Shape::Timestamped,
-            ..self
-        }
-    }
-
     const fn family(self, family: &'static str) -> Self {
         ProfileType {
             family: Some(family),
@@ -153,10 +134,9 @@ const NANOS: &str = "nanoseconds";
 
 /// Every named profile type, first match wins.
 pub const PROFILE_TYPES: &[ProfileType] = &[
-    // Sampling profilers' CPU samples (one per timestamp).
-    row("on-CPU", ("samples", COUNT), Some("cpu"), AGENT_PRODUCER)
-        .timestamped()
-        .agent_cpu(),
+    // CPU samples: the eBPF receivers' (one per timestamp), and the `samples` column of
+    // Go's CPU pprof, which has the same types and so cannot be told from them.
+    row("on-CPU", ("samples", COUNT), Some("cpu"), AGENT_PRODUCER).agent_cpu(),
     // Off-CPU as the OTel eBPF profiler and profcol emit it (per-event nanoseconds).
     row("off-CPU", ("off_cpu", NANOS), None, AGENT_PRODUCER).agent_off_cpu(),
     // Off-CPU as Parca's agent names it (its OTLP output).
@@ -167,13 +147,7 @@ pub const PROFILE_TYPES: &[ProfileType] = &[
         AGENT_PRODUCER,
     )
     .agent_off_cpu(),
-    // Go runtime/pprof CPU (both columns), and Pyroscope SDKs' `cpu`.
-    row(
-        "Go CPU samples",
-        ("samples", COUNT),
-        Some("cpu"),
-        PROCESS_CPU_PRODUCER,
-    ),
+    // The `cpu` column of Go's CPU pprof, and Pyroscope SDKs' `cpu`.
     row("CPU time", ("cpu", NANOS), None, PROCESS_CPU_PRODUCER),
     // Go heap and allocs.
     row(
@@ -269,8 +243,6 @@ pub const ON_CPU: &ProfileType = &PROFILE_TYPES[0];
 pub struct Key<'a> {
     pub sample: (&'a str, &'a str),
     pub period_type: &'a str,
-    /// Whether its samples carry timestamps.
-    pub timestamped: bool,
     /// The resource's [`FAMILY_ATTRIBUTE`].
     pub family: Option<&'a str>,
 }
@@ -279,7 +251,6 @@ impl ProfileType {
     fn matches(&self, key: &Key<'_>) -> bool {
         self.sample == key.sample
             && self.period_type.is_none_or(|p| p == key.period_type)
-            && (self.shape == Shape::Any || key.timestamped)
             && self.family.is_none_or(|f| Some(f) == key.family)
     }
 }

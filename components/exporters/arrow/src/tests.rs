@@ -921,11 +921,13 @@ fn type_cases() -> Vec<(TypeCase, Expected)> {
     );
     push(timestamped(case(("off_cpu", NS), ("", ""), 0)), off_cpu);
     push(case(("wallclock", NS), ("samples", "count"), 0), off_cpu);
-    for sample in [("samples", "count"), ("cpu", NS)] {
-        let c = go_cpu(sample);
-        let e = as_given("process_cpu", &c);
-        push(c, e);
-    }
+    // Go's CPU pprof: its `samples` column has the eBPF CPU types (and producer).
+    let c = go_cpu(("samples", "count"));
+    let e = as_given("parca_agent", &c);
+    push(c, e);
+    let c = go_cpu(("cpu", NS));
+    let e = as_given("process_cpu", &c);
+    push(c, e);
     for sample in [
         ("alloc_objects", "count"),
         ("alloc_space", "bytes"),
@@ -1019,7 +1021,6 @@ fn every_row_of_the_profile_type_table_maps_as_parca_names_it() {
         let key = crate::profile_types::Key {
             sample: c.sample,
             period_type: c.period_type.0,
-            timestamped: c.timestamped,
             family: c.family,
         };
         if let Some(row) = crate::profile_types::lookup(&key) {

@@ -17,13 +17,16 @@ pub(crate) const SAMPLE_USER_TRUNCATED: u32 = 1 << 1;
 pub(crate) const SAMPLE_UNKNOWN_MAPPING: u32 = 1 << 2;
 pub(crate) const SAMPLE_MISSING_TABLE: u32 = 1 << 3;
 pub(crate) const SAMPLE_STACK_COPY: u32 = 1 << 4;
+pub(crate) const SAMPLE_OFF_CPU: u32 = 1 << 5;
 /// The most stack bytes a sample copies (`STACK_COPY_BYTES`).
 pub(crate) const STACK_COPY_BYTES: usize = 8192;
 /// Bits 8-11 of the flags: `enum unwind_end`.
 pub(crate) const SAMPLE_END_SHIFT: u32 = 8;
 
+/// `offsetof(struct sample_event, off_cpu_ns)`.
+const OFF_CPU_NS_AT: usize = 64;
 /// `offsetof(struct sample_event, frames)`.
-pub(crate) const SAMPLE_HEADER_LEN: usize = 64;
+pub(crate) const SAMPLE_HEADER_LEN: usize = 72;
 /// `offsetof(struct process_event, filename)`.
 pub(crate) const PROCESS_HEADER_LEN: usize = 16;
 const COMM_LEN: usize = 16;
@@ -140,6 +143,7 @@ fn decode_sample(b: &[u8]) -> Result<Sample, DecodeError> {
         unknown_mapping: flags & SAMPLE_UNKNOWN_MAPPING != 0,
         missing_table: flags & SAMPLE_MISSING_TABLE != 0,
         stack_copy,
+        off_cpu_ns: (flags & SAMPLE_OFF_CPU != 0).then(|| u64_at(b, OFF_CPU_NS_AT)),
     })
 }
 
@@ -162,6 +166,7 @@ mod tests {
         comm[..4].copy_from_slice(b"busy");
         b.extend_from_slice(&comm);
         b.extend_from_slice(&[0u8; 8]); // stack_bytes, reserved
+        b.extend_from_slice(&5_000u64.to_ne_bytes()); // off_cpu_ns
         assert_eq!(b.len(), SAMPLE_HEADER_LEN);
         for f in kernel.iter().chain(user) {
             b.extend_from_slice(&f.to_ne_bytes());
@@ -193,6 +198,17 @@ mod tests {
         assert!(s.user_truncated);
         assert_eq!(s.unwind_end, UnwindEnd::Outermost);
         assert!(!s.unknown_mapping && !s.missing_table);
+        assert_eq!(s.off_cpu_ns, None, "a CPU sample has no off-CPU time");
+    }
+
+    #[test]
+    fn decodes_an_off_cpu_sample_with_its_time_off_the_cpu() {
+        let b = sample_bytes(&[0xffff_ffff_8100_0000], &[0x40_1000], SAMPLE_OFF_CPU);
+        let Ok(Event::Sample(s)) = decode(&b) else {
+            panic!("not a sample")
+        };
+        assert_eq!(s.off_cpu_ns, Some(5_000));
+        assert_eq!(s.user_stack, vec![0x40_1000]);
     }
 
     #[test]

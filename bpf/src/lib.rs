@@ -78,6 +78,53 @@ pub struct ProfilerConfig {
     pub ring_buffer_bytes: usize,
     /// Skip samples of the calling process (the profiler itself).
     pub exclude_self: bool,
+    /// Which share of the times a thread leaves the CPU are recorded as off-CPU
+    /// samples; [`OffCpuShare::OFF`] (the default) attaches nothing for it.
+    pub off_cpu: OffCpuShare,
+}
+
+/// The share of switch-outs recorded as off-CPU samples, as the BPF side compares it: a
+/// random u32 below it is recorded, and `u32::MAX` records every one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct OffCpuShare(u32);
+
+impl OffCpuShare {
+    /// Off-CPU profiling off.
+    pub const OFF: OffCpuShare = OffCpuShare(0);
+    /// Every switch-out recorded.
+    pub const ALL: OffCpuShare = OffCpuShare(u32::MAX);
+
+    /// The share for a probability in [0, 1] (clamped; NaN is off). A probability above 0
+    /// never rounds to off.
+    pub fn from_probability(p: f64) -> OffCpuShare {
+        if p.is_nan() || p <= 0.0 {
+            return OffCpuShare::OFF;
+        }
+        if p >= 1.0 {
+            return OffCpuShare::ALL;
+        }
+        // In (0, 2^32): the cast saturates and cannot wrap.
+        OffCpuShare(((p * 4_294_967_296.0) as u32).max(1))
+    }
+
+    /// The probability that a switch-out is recorded: what a recorded off-CPU time is
+    /// divided by for an unbiased total.
+    pub fn probability(self) -> f64 {
+        if self == OffCpuShare::ALL {
+            1.0
+        } else {
+            f64::from(self.0) / 4_294_967_296.0
+        }
+    }
+
+    /// Whether off-CPU profiling is on.
+    pub fn is_on(self) -> bool {
+        self.0 != 0
+    }
+
+    pub(crate) fn raw(self) -> u32 {
+        self.0
+    }
 }
 
 impl Default for ProfilerConfig {
@@ -90,6 +137,7 @@ impl Default for ProfilerConfig {
             exclude_cgroups: Vec::new(),
             ring_buffer_bytes: 256 * 1024,
             exclude_self: false,
+            off_cpu: OffCpuShare::OFF,
         }
     }
 }
@@ -97,7 +145,7 @@ impl Default for ProfilerConfig {
 /// One record from the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// A CPU sample.
+    /// A CPU or off-CPU sample.
     Sample(Sample),
     /// Process `pid` called execve; `filename` is the path it passed (may be
     /// relative; empty if the kernel could not read it: use `/proc/PID/exe`).
@@ -121,7 +169,8 @@ pub enum Event {
     },
 }
 
-/// One CPU sample: what was running on a CPU when the sampling clock fired.
+/// One sample: what was running on a CPU when the sampling clock fired, or (with
+/// [`Sample::off_cpu_ns`]) where a thread was when it left the CPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sample {
     /// Process id (tgid), in the initial pid namespace.
@@ -159,6 +208,10 @@ pub struct Sample {
     /// registers and the top of its stack, to unwind once the tables are there
     /// (`user_stack` holds the kernel's frame-pointer walk meanwhile).
     pub stack_copy: Option<StackCopy>,
+    /// An off-CPU sample: nanoseconds between the thread leaving the CPU and running
+    /// again (not yet divided by [`OffCpuShare::probability`]); the stacks are where it
+    /// waited. `None` for a CPU sample.
+    pub off_cpu_ns: Option<u64>,
 }
 
 /// Why the profiler could not start or run.

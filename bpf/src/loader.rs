@@ -28,6 +28,7 @@ static OBJECT: &[u8] = {
 // Names in profiler.bpf.c.
 const PROG_SAMPLE: &str = "on_cpu_sample";
 const PROGS_TRACEPOINT: [&str; 3] = ["on_exec", "on_fork", "on_exit"];
+const PROG_SWITCH: &str = "on_switch";
 const MAP_EVENTS: &str = "events";
 const MAP_LOST: &str = "lost";
 const MAP_CONFIG: &str = "config";
@@ -35,6 +36,13 @@ const MAP_INCLUDE_PIDS: &str = "include_pids";
 const MAP_EXCLUDE_PIDS: &str = "exclude_pids";
 const MAP_INCLUDE_CGROUPS: &str = "include_cgroups";
 const MAP_EXCLUDE_CGROUPS: &str = "exclude_cgroups";
+const MAP_REFUSED_PIDS: &str = "refused_pids";
+const MAP_OFF_CPU_WAITING: &str = "off_cpu_waiting";
+const MAP_OFF_CPU_MARKS: &str = "off_cpu_marks";
+/// `off_cpu_marks`: one bit per thread id below 2^22 (PID_MAX_LIMIT on 64-bit).
+const OFF_CPU_MARK_WORDS: u32 = (1 << 22) / 64;
+/// Recorded threads off the CPU at once (`off_cpu_waiting`, ~2 KiB each, preallocated).
+pub(crate) const MAX_OFF_CPU_WAITING: u32 = 4096;
 
 // filter_config.flags
 const FILTER_INCLUDE_PIDS: u32 = 1 << 0;
@@ -46,6 +54,7 @@ const FILTER_SEND_IDLE: u32 = 1 << 4;
 // lost[] slots
 const LOST_SAMPLES: u32 = 0;
 const LOST_PROCESS_EVENTS: u32 = 1;
+const LOST_OFF_CPU: u32 = 2;
 
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 const MAX_RING_BYTES: usize = 1 << 30;
@@ -68,6 +77,7 @@ pub struct Profiler {
     cpus: Vec<u32>,
     flags: u32,
     self_tgid: u32,
+    off_cpu: crate::OffCpuShare,
 }
 
 impl std::fmt::Debug for Profiler {
@@ -212,7 +222,13 @@ impl Profiler {
             perf::online_cpus().map_err(|e| BpfError::Unsupported(format!("online CPUs: {e}")))?;
 
         raise_memlock_rlimit();
-        let object = load_object(ring_bytes)?;
+        // Both maps are preallocated: nothing is spent on them while off-CPU is off.
+        let off_cpu_sizes = if config.off_cpu.is_on() {
+            (MAX_OFF_CPU_WAITING, OFF_CPU_MARK_WORDS)
+        } else {
+            (1, 1)
+        };
+        let object = load_object(ring_bytes, off_cpu_sizes)?;
 
         let self_tgid = if config.exclude_self {
             std::process::id()
@@ -252,10 +268,14 @@ impl Profiler {
             cpus,
             flags: 0,
             self_tgid,
+            off_cpu: config.off_cpu,
         };
         profiler.set_pid_filter(&include_pids, &exclude_pids)?;
         profiler.set_cgroup_filter(&include_cgroups, &exclude_cgroups)?;
         profiler.attach(config.frequency_hz)?;
+        if config.off_cpu.is_on() {
+            profiler.attach_off_cpu()?;
+        }
         Ok(profiler)
     }
 
@@ -300,6 +320,23 @@ impl Profiler {
         Ok(())
     }
 
+    /// Off-CPU: the scheduler's switch tracepoint.
+    fn attach_off_cpu(&mut self) -> Result<(), BpfError> {
+        let link = self
+            .program(PROG_SWITCH)?
+            .attach()
+            .map_err(|e| BpfError::Attach(format!("{PROG_SWITCH}: {}", with_log(&e))))?;
+        self.links.push(link);
+        Ok(())
+    }
+
+    fn program(&mut self, name: &str) -> Result<libbpf_rs::ProgramMut<'_>, BpfError> {
+        self.object
+            .progs_mut()
+            .find(|p| p.name() == name)
+            .ok_or_else(|| BpfError::Load(format!("program {name} not in the object")))
+    }
+
     /// Waits up to `timeout` for records, then hands every record in the ring
     /// buffer to `on_event`, in ring order. Returns how many were handed over
     /// (0 on timeout). A zero timeout only drains what is there.
@@ -330,6 +367,11 @@ impl Profiler {
     /// since start.
     pub fn lost_samples(&self) -> u64 {
         self.lost(LOST_SAMPLES)
+    }
+
+    /// Off-CPU samples dropped because the ring buffer was full.
+    pub fn lost_off_cpu_samples(&self) -> u64 {
+        self.lost(LOST_OFF_CPU)
     }
 
     /// Exec/fork/exit records dropped because the ring buffer was full.
@@ -454,6 +496,26 @@ impl Profiler {
         Ok(())
     }
 
+    /// Marks process `pid` as refused by the caller's own filters (its samples and
+    /// off-CPU switches are then skipped before any stack is taken), or clears the mark.
+    /// The kernel side clears it by itself at the process's exec and exit.
+    pub fn set_refused(&self, pid: u32, refused: bool) -> Result<(), BpfError> {
+        let map = find_map(&self.object, MAP_REFUSED_PIDS)?;
+        let key = pid.to_ne_bytes();
+        let result = if refused {
+            map.update(&key, &[1u8], MapFlags::ANY)
+        } else {
+            match map.delete(&key) {
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        };
+        result.map_err(|e| BpfError::Map {
+            map: MAP_REFUSED_PIDS,
+            message: format!("{e:#}"),
+        })
+    }
+
     /// Switches filters without a window where a half-written set is in force:
     /// sets being emptied are switched off first, new contents written, then
     /// the new flags.
@@ -473,9 +535,11 @@ impl Profiler {
 
     fn write_config(&self, flags: u32) -> Result<(), BpfError> {
         let map = find_map(&self.object, MAP_CONFIG)?;
-        let mut value = [0u8; 8];
+        // struct filter_config: flags, self_tgid, off_cpu_threshold, reserved.
+        let mut value = [0u8; 16];
         value[..4].copy_from_slice(&flags.to_ne_bytes());
-        value[4..].copy_from_slice(&self.self_tgid.to_ne_bytes());
+        value[4..8].copy_from_slice(&self.self_tgid.to_ne_bytes());
+        value[8..12].copy_from_slice(&self.off_cpu.raw().to_ne_bytes());
         map.update(&0u32.to_ne_bytes(), &value, MapFlags::ANY)
             .map_err(|e| BpfError::Map {
                 map: MAP_CONFIG,
@@ -486,7 +550,8 @@ impl Profiler {
 
 /// Opens the embedded object, sizes the ring buffer and loads everything into
 /// the kernel (CO-RE relocation, verifier).
-fn load_object(ring_bytes: u32) -> Result<Object, BpfError> {
+/// `off_cpu_sizes`: entries of `off_cpu_waiting` and `off_cpu_marks`.
+fn load_object(ring_bytes: u32, off_cpu_sizes: (u32, u32)) -> Result<Object, BpfError> {
     static PRINT: Once = Once::new();
     PRINT.call_once(|| {
         libbpf_rs::set_print(Some((PrintLevel::Info, libbpf_print)));
@@ -506,6 +571,17 @@ fn load_object(ring_bytes: u32) -> Result<Object, BpfError> {
     events
         .set_max_entries(ring_bytes)
         .map_err(|e| BpfError::Load(format!("{e:#}")))?;
+    for (name, entries) in [
+        (MAP_OFF_CPU_WAITING, off_cpu_sizes.0),
+        (MAP_OFF_CPU_MARKS, off_cpu_sizes.1),
+    ] {
+        let mut map = open
+            .maps_mut()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| BpfError::Load(format!("map {name} not in the object")))?;
+        map.set_max_entries(entries)
+            .map_err(|e| BpfError::Load(format!("{e:#}")))?;
+    }
     open.load().map_err(|e| BpfError::Load(with_log(&e)))
 }
 
@@ -589,7 +665,7 @@ mod tests {
             return;
         }
         // The kernel refuses an empty ring: libbpf logs why map creation failed.
-        let err = load_object(0).expect_err("a 0-byte ring buffer");
+        let err = load_object(0, (1, 1)).expect_err("a 0-byte ring buffer");
         let text = err.to_string();
         assert!(matches!(err, BpfError::Load(_)), "{text}");
         assert!(
@@ -597,7 +673,24 @@ mod tests {
             "{text}"
         );
         eprintln!("{text}");
-        assert!(load_object(8192).is_ok());
+        assert!(load_object(8192, (1, 1)).is_ok());
+    }
+
+    #[test]
+    fn off_cpu_shares_round_trip_their_probability() {
+        use crate::OffCpuShare;
+        assert_eq!(OffCpuShare::from_probability(0.0), OffCpuShare::OFF);
+        assert_eq!(OffCpuShare::from_probability(f64::NAN), OffCpuShare::OFF);
+        assert_eq!(OffCpuShare::from_probability(-1.0), OffCpuShare::OFF);
+        assert_eq!(OffCpuShare::from_probability(1.0), OffCpuShare::ALL);
+        assert_eq!(OffCpuShare::ALL.probability(), 1.0);
+        assert!(
+            OffCpuShare::from_probability(1e-12).is_on(),
+            "tiny is not off"
+        );
+        let tenth = OffCpuShare::from_probability(0.1);
+        assert!((tenth.probability() - 0.1).abs() < 1e-9);
+        assert!(!OffCpuShare::OFF.is_on());
     }
 
     #[test]

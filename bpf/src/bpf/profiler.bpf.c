@@ -10,6 +10,13 @@
  * - on_exec / on_fork / on_exit (tp_btf on sched/sched_process_{exec,fork,exit}):
  *   process lifecycle records on the same ring buffer, so user space can keep
  *   its per-process caches (maps, symbols) in step.
+ * - on_switch (tp_btf on sched/sched_switch, attached only when off_cpu_threshold > 0):
+ *   off-CPU profiling. For a random share of the times a thread of a wanted process
+ *   leaves the CPU, its sample (stacks, as it leaves) is built then, in its own
+ *   context, and kept by thread id; when a later switch gives that thread a CPU again,
+ *   the sample goes out with the time in between. (A kprobe on finish_task_switch,
+ *   which runs in the thread coming back, could unwind there instead; kernels without
+ *   kprobes have tracepoints all the same.)
  *
  * Why a ring buffer of raw samples rather than aggregating in the kernel
  * (a stack-id map plus a counts hash map, as `profile.py` does):
@@ -27,7 +34,8 @@
  * bpf/src/event.rs. Change both together.
  *
  * Filters run before any stack is walked: pid include/exclude sets, cgroup
- * include/exclude sets and the profiler's own pid, driven by `filter_config`.
+ * include/exclude sets, the profiler's own pid, driven by `filter_config`, and the
+ * processes user space's own filters refused (`refused_pids`).
  * An include set applies only while its FILTER_* bit is set (user space sets
  * it when the set is non-empty), so an empty include set means "everything".
  */
@@ -61,6 +69,7 @@ enum event_kind {
 #define SAMPLE_UNKNOWN_MAPPING (1U << 2)  /* a pc outside every mapping user space gave */
 #define SAMPLE_MISSING_TABLE (1U << 3)    /* a mapping whose table is not loaded (any more) */
 #define SAMPLE_STACK_COPY (1U << 4)       /* registers and a stack copy follow the frames */
+#define SAMPLE_OFF_CPU (1U << 5)          /* off-CPU: off_cpu_ns says for how long */
 #define SAMPLE_END_SHIFT 8                /* bits 8-11: enum unwind_end */
 
 /* A user frame whose address is where the code was, not a return address (which points
@@ -80,12 +89,13 @@ struct sample_event {
 	char comm[COMM_LEN]; /* 40: NUL-padded */
 	u32 stack_bytes;   /* 56: bytes of the stack copy (SAMPLE_STACK_COPY), else 0 */
 	u32 reserved;      /* 60 */
-	u64 frames[2 * MAX_FRAMES]; /* 64: kernel frames, then user frames */
+	u64 off_cpu_ns;    /* 64: SAMPLE_OFF_CPU: time between switch-out and switch-in */
+	u64 frames[2 * MAX_FRAMES]; /* 72: kernel frames, then user frames */
 	/* After the frames present, with SAMPLE_STACK_COPY: the user pc, sp and fp, then
 	 * stack_bytes bytes of the user stack from sp. */
 	u8 tail[24 + STACK_COPY_BYTES];
 };
-#define SAMPLE_HEADER_LEN 64
+#define SAMPLE_HEADER_LEN 72
 
 struct process_event {
 	u32 kind;         /*  0: EVENT_EXEC, EVENT_FORK or EVENT_EXIT */
@@ -103,14 +113,23 @@ struct process_event {
 #define FILTER_EXCLUDE_CGROUPS (1U << 3)
 #define FILTER_SEND_IDLE (1U << 4) /* keep samples of the idle task (send_idle_frames) */
 
+/* off_cpu_threshold: every switch-out is recorded. */
+#define OFF_CPU_ALWAYS 0xffffffffU
+
 struct filter_config {
 	u32 flags;     /* FILTER_*: which sets are non-empty */
 	u32 self_tgid; /* the profiler's own pid to skip, 0 = none */
+	/* Share of switch-outs recorded, in 2^-32 (a random u32 below it is recorded):
+	 * 0 = off-CPU off, OFF_CPU_ALWAYS = all. */
+	u32 off_cpu_threshold;
+	u32 reserved;
 };
 
 /* lost[] slots */
 #define LOST_SAMPLES 0
 #define LOST_PROCESS_EVENTS 1
+#define LOST_OFF_CPU 2
+#define LOST_SLOTS 3
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -119,7 +138,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, LOST_SLOTS);
 	__type(key, u32);
 	__type(value, u64);
 } lost SEC(".maps");
@@ -158,6 +177,19 @@ struct {
 	__type(key, u64);
 	__type(value, u8);
 } exclude_cgroups SEC(".maps");
+
+/*
+ * Processes user space refused by filters only it can judge (executable names,
+ * containers): marked after their first sample, skipped from then on before any stack
+ * is taken. An exec (a new name) or the exit removes the mark. LRU: when full, the
+ * oldest marks go, which costs only their next sample being taken and refused again.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, u8);
+} refused_pids SEC(".maps");
 
 /*
  * User stacks.
@@ -315,12 +347,56 @@ struct scratch_space {
 	struct walk walk;
 };
 
+/* scratch slots: CPU samples (a perf_event program) and off-CPU samples (a kprobe),
+ * each its own so that neither can overwrite a record the other is building. */
+#define SCRATCH_CPU 0
+#define SCRATCH_OFF_CPU 1
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, u32);
 	__type(value, struct scratch_space);
 } scratch SEC(".maps");
+
+/*
+ * Off-CPU: the sample of each recorded thread that is off the CPU, by thread id, built
+ * as it left (time_ns is then) without a stack copy. One map for all CPUs: a thread
+ * often resumes on another CPU. Preallocated, as an update in the scheduler cannot wait
+ * for memory: user space sizes it at load (one entry while off-CPU is off), about
+ * 2 KiB per thread waiting at once. LRU: when full, the longest-waiting recorded thread
+ * makes room and its wait goes unreported; a thread that exits while waiting is
+ * removed by on_exit.
+ */
+#define MAX_OFF_CPU_WAITING 4096
+#define OFF_CPU_RECORD_LEN (SAMPLE_HEADER_LEN + 2 * MAX_FRAMES * 8)
+
+struct off_cpu_record {
+	u8 bytes[OFF_CPU_RECORD_LEN]; /* the start of a struct sample_event */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_OFF_CPU_WAITING); /* resized by user space before load */
+	__type(key, u32);
+	__type(value, struct off_cpu_record);
+} off_cpu_waiting SEC(".maps");
+
+/*
+ * Whether a thread may have a sample in off_cpu_waiting: one bit per thread id (ids are
+ * below PID_MAX_LIMIT, 2^22, on 64-bit), 512 KiB, sized 1 while off-CPU is off. Every
+ * switch of every thread on the machine asks: an array lookup is inlined by the
+ * verifier, where a hash lookup or task storage measured 90 ns a switch here.
+ */
+#define MAX_THREAD_ID (1U << 22)
+#define OFF_CPU_MARK_WORDS (MAX_THREAD_ID / 64)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, OFF_CPU_MARK_WORDS); /* resized by user space before load */
+	__type(key, u32);
+	__type(value, u64);
+} off_cpu_marks SEC(".maps");
 
 static __always_inline void count_stat(u32 slot)
 {
@@ -635,8 +711,8 @@ static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *r
 }
 
 /* Walks the user stack of the current task into e->frames[first...]; returns the frames. */
-static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct scratch_space *s,
-				      u32 tgid, u32 first)
+static __always_inline u32 user_stack(void *ctx, struct scratch_space *s, u32 tgid, u32 first,
+				      bool copies)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct sample_event *e = &s->event;
@@ -679,7 +755,8 @@ static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct sc
 			n = MAX_FRAMES;
 			e->flags |= SAMPLE_USER_TRUNCATED;
 		}
-		copy_stack(e, regs, first + n);
+		if (copies)
+			copy_stack(e, regs, first + n);
 		return n;
 	}
 	w->pc = BPF_CORE_READ(regs, ip);
@@ -707,7 +784,7 @@ static __always_inline u32 user_stack(struct bpf_perf_event_data *ctx, struct sc
 	/* A library mapped since user space read the maps (the dynamic loader at start,
 	 * dlopen): the walk stopped there, so the sample carries a copy to be walked
 	 * again once user space has given the new mappings. */
-	if (w->flags & SAMPLE_UNKNOWN_MAPPING)
+	if (copies && (w->flags & SAMPLE_UNKNOWN_MAPPING))
 		copy_stack(e, regs, first + n);
 	return n;
 }
@@ -735,6 +812,8 @@ static __always_inline bool wanted(u32 tgid)
 		return false;
 	if (cfg->self_tgid != 0 && tgid == cfg->self_tgid)
 		return false;
+	if (bpf_map_lookup_elem(&refused_pids, &tgid))
+		return false;
 	if ((cfg->flags & FILTER_EXCLUDE_PIDS) && bpf_map_lookup_elem(&exclude_pids, &tgid))
 		return false;
 	if ((cfg->flags & FILTER_INCLUDE_PIDS) && !bpf_map_lookup_elem(&include_pids, &tgid))
@@ -751,30 +830,25 @@ static __always_inline bool wanted(u32 tgid)
 	return true;
 }
 
-SEC("perf_event")
-int on_cpu_sample(struct bpf_perf_event_data *ctx)
+/*
+ * Builds the sample record of the current task in s->event (kernel stack from ctx, user
+ * stack walked, and where `copies` a stack copy for user space to walk if the walk
+ * could not) and returns its length in bytes.
+ */
+static __always_inline u64 build_sample(void *ctx, struct scratch_space *s, u64 pid_tgid,
+					bool copies, u32 kernel_skip)
 {
-	u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct sample_event *e = &s->event;
 	u32 tgid = pid_tgid >> 32;
-	u32 zero = 0;
-	struct scratch_space *s;
-	struct sample_event *e;
 	long kernel_bytes;
 	u32 nk, nu;
 	u64 len;
-
-	if (!wanted(tgid))
-		return 0;
-
-	s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s)
-		return 0;
-	e = &s->event;
 
 	e->kind = EVENT_SAMPLE;
 	e->flags = 0;
 	e->stack_bytes = 0;
 	e->reserved = 0;
+	e->off_cpu_ns = 0;
 	e->pid = tgid;
 	e->tid = (u32)pid_tgid;
 	e->cpu = bpf_get_smp_processor_id();
@@ -783,7 +857,8 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	/* Kernel stack of the interrupted context (empty if it was user mode). */
-	kernel_bytes = bpf_get_stack(ctx, &e->frames[0], MAX_FRAMES * sizeof(u64), 0);
+	kernel_bytes = bpf_get_stack(ctx, &e->frames[0], MAX_FRAMES * sizeof(u64),
+				     kernel_skip & 0xff /* BPF_F_SKIP_FIELD_MASK */);
 	nk = kernel_bytes > 0 ? (u32)kernel_bytes / sizeof(u64) : 0;
 	if (nk > MAX_FRAMES)
 		nk = MAX_FRAMES;
@@ -791,7 +866,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 		e->flags |= SAMPLE_KERNEL_TRUNCATED;
 
 	/* User stack right after the kernel frames. */
-	nu = user_stack(ctx, s, tgid, nk);
+	nu = user_stack(ctx, s, tgid, nk, copies);
 	e->flags |= (s->walk.end & 0xf) << SAMPLE_END_SHIFT;
 	count_stat(s->walk.end & 0xf);
 
@@ -802,15 +877,38 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	len = SAMPLE_HEADER_LEN + (nk + nu) * sizeof(u64);
 	if (e->flags & SAMPLE_STACK_COPY)
 		len += 24 + (e->stack_bytes & (2 * STACK_COPY_BYTES - 1));
+	return len;
+}
+
+/* Sends s->event, `len` bytes of it, with the ring buffer's `flags`; false when full. */
+static __always_inline bool send_sample(struct scratch_space *s, u64 len, u64 flags)
+{
 	/* The checked register must be the one passed: clang would pass an unchecked copy. */
 	barrier_var(len);
-	if (len > sizeof(*e))
-		len = sizeof(*e);
+	if (len > sizeof(s->event))
+		len = sizeof(s->event);
 	barrier_var(len);
+	return bpf_ringbuf_output(&events, &s->event, len, flags) == 0;
+}
+
+SEC("perf_event")
+int on_cpu_sample(struct bpf_perf_event_data *ctx)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 key = SCRATCH_CPU;
+	struct scratch_space *s;
+	u64 len;
+
+	if (!wanted(pid_tgid >> 32))
+		return 0;
+	s = bpf_map_lookup_elem(&scratch, &key);
+	if (!s)
+		return 0;
+	len = build_sample(ctx, s, pid_tgid, true, 0);
 	/* Samples wake the reader: process events do not (below), so it is woken at most
 	 * as often as samples come, not once per exec on a node that execs thousands a
 	 * second; it drains them with the next sample, or within its poll timeout. */
-	if (bpf_ringbuf_output(&events, e, len, BPF_RB_FORCE_WAKEUP) < 0)
+	if (!send_sample(s, len, BPF_RB_FORCE_WAKEUP))
 		count_lost(LOST_SAMPLES);
 	return 0;
 }
@@ -853,6 +951,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	 * its next drain of the ring). */
 	bpf_map_delete_elem(&process_mappings, &ev.pid);
 	bpf_map_delete_elem(&stack_copies, &ev.pid);
+	bpf_map_delete_elem(&refused_pids, &ev.pid); /* judged again under its new name */
 	filename = BPF_CORE_READ(bprm, filename);
 	n = bpf_probe_read_kernel_str(ev.filename, sizeof(ev.filename), filename);
 	ev.filename_len = n > 1 ? (u32)n - 1 : 0; /* n counts the NUL */
@@ -885,14 +984,109 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	 * signal->live, so 0 means this is the last thread: the process ends
 	 * (also when the group leader exited earlier than its threads).
 	 */
-	u32 tgid;
+	u32 tgid, tid = BPF_CORE_READ(p, pid);
 
+	/* A thread recorded off the CPU that exits never comes back for its sample. */
+	bpf_map_delete_elem(&off_cpu_waiting, &tid);
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	tgid = BPF_CORE_READ(p, tgid);
 	/* The pid may name another process next. */
 	bpf_map_delete_elem(&process_mappings, &tgid);
 	bpf_map_delete_elem(&stack_copies, &tgid);
+	bpf_map_delete_elem(&refused_pids, &tgid);
 	emit_process_event(EVENT_EXIT, tgid, 0);
+	return 0;
+}
+
+/*
+ * Off-CPU profiling; prev is the current task, leaving the CPU, next gets it.
+ *
+ * prev: for a random share of switches (the draw first, so that a machine switching
+ * hundreds of thousands of times a second pays for little more than a random number
+ * on most), and only for wanted processes, its sample is built now and kept. Every
+ * switch-out counts: blocking, sleeping, and preemption (time spent waiting for a CPU).
+ *
+ * next: if it was recorded leaving, its sample goes out with the time since.
+ */
+/* The kernel stack taken in on_switch starts with the tracing machinery: the program
+ * itself, bpf_trace_run4 and __traceiter_sched_switch. The stack shown starts where the
+ * scheduler was called (__schedule). */
+#define SWITCH_TRACE_FRAMES 3
+
+static __always_inline void off_cpu_leave(void *ctx, struct filter_config *cfg,
+					  struct task_struct *prev)
+{
+	u32 tid, word, key = SCRATCH_OFF_CPU;
+	struct scratch_space *s;
+	u64 pid_tgid, *mark;
+
+	/* The draw before anything else, the clock included (it is not free in a VM). */
+	if (cfg->off_cpu_threshold != OFF_CPU_ALWAYS &&
+	    bpf_get_prandom_u32() >= cfg->off_cpu_threshold)
+		return;
+	pid_tgid = bpf_get_current_pid_tgid();
+	tid = (u32)pid_tgid;
+	if (tid == 0) /* the idle task does not wait */
+		return;
+	if (!wanted(pid_tgid >> 32))
+		return;
+	s = bpf_map_lookup_elem(&scratch, &key);
+	if (!s)
+		return;
+	build_sample(ctx, s, pid_tgid, false, SWITCH_TRACE_FRAMES);
+	s->event.flags |= SAMPLE_OFF_CPU;
+	s->event.time_ns = bpf_ktime_get_ns();
+	word = tid / 64;
+	mark = bpf_map_lookup_elem(&off_cpu_marks, &word);
+	if (!mark) /* a thread id past the marks: its return would not be looked for */
+		return;
+	if (bpf_map_update_elem(&off_cpu_waiting, &tid, &s->event, BPF_ANY)) {
+		count_lost(LOST_OFF_CPU);
+		return;
+	}
+	__sync_fetch_and_or(mark, 1ULL << (tid % 64));
+}
+
+static __always_inline void off_cpu_return(struct task_struct *next)
+{
+	u32 tid = next->pid, word = tid / 64; /* next: a trusted pointer, read directly */
+	u64 *mark, bit = 1ULL << (tid % 64);
+	struct sample_event *e;
+	u64 len, now;
+
+	mark = bpf_map_lookup_elem(&off_cpu_marks, &word);
+	if (!mark || !(*mark & bit) || tid == 0)
+		return;
+	__sync_fetch_and_and(mark, ~bit);
+	e = bpf_map_lookup_elem(&off_cpu_waiting, &tid);
+	if (!e)
+		return;
+	now = bpf_ktime_get_ns();
+	e->off_cpu_ns = now - e->time_ns;
+	e->time_ns = now;
+	e->cpu = bpf_get_smp_processor_id();
+	len = SAMPLE_HEADER_LEN + ((u64)(e->kernel_frames & 0xff) + (e->user_frames & 0xff)) * 8;
+	barrier_var(len);
+	if (len > OFF_CPU_RECORD_LEN)
+		len = OFF_CPU_RECORD_LEN;
+	barrier_var(len);
+	/* Thousands a second are possible: like process events, they wake the reader only
+	 * when the ring is filling up. */
+	if (bpf_ringbuf_output(&events, e, len, process_event_flags()) < 0)
+		count_lost(LOST_OFF_CPU);
+	bpf_map_delete_elem(&off_cpu_waiting, &tid);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	u32 zero = 0;
+	struct filter_config *cfg = bpf_map_lookup_elem(&config, &zero);
+
+	if (!cfg || cfg->off_cpu_threshold == 0)
+		return 0;
+	off_cpu_leave(ctx, cfg, prev);
+	off_cpu_return(next);
 	return 0;
 }

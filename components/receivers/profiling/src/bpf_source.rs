@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use profcol_bpf::{Event, Profiler, ProfilerConfig, monotonic_to_unix_nanos_offset};
+use profcol_bpf::{Event, OffCpuShare, Profiler, ProfilerConfig, monotonic_to_unix_nanos_offset};
 
 use crate::config::{Config, Filter};
 use crate::receiver::{SampleSource, SourceError, SourceEvent, SourceOpener};
@@ -13,8 +13,8 @@ use crate::{ProcessEvent, RawSample};
 /// The BPF ring buffer's size.
 const RING_BUFFER_BYTES: usize = 1 << 20;
 
-/// Opens the eBPF sampler with the receiver's frequency and pid filters (applied in BPF,
-/// before any stack is taken). profcol does not sample itself.
+/// Opens the eBPF sampler with the receiver's frequency, pid filters (applied in BPF,
+/// before any stack is taken) and off-CPU share. profcol does not sample itself.
 pub struct BpfOpener;
 
 impl SourceOpener for BpfOpener {
@@ -31,6 +31,7 @@ impl SourceOpener for BpfOpener {
             // A process's first samples carry 8 KiB of stack each: room for a burst of
             // them (a node's processes at start) while tables are built.
             ring_buffer_bytes: RING_BUFFER_BYTES,
+            off_cpu: OffCpuShare::from_probability(config.off_cpu_threshold),
             ..ProfilerConfig::default()
         };
         let mut profiler = Profiler::start(&settings).map_err(|e| SourceError(e.to_string()))?;
@@ -42,11 +43,13 @@ impl SourceOpener for BpfOpener {
         tracing::info!(
             cpus = profiler.cpus().len(),
             hz = config.samples_per_second,
+            off_cpu_threshold = config.off_cpu_threshold,
             "eBPF profiler attached"
         );
         Ok(Box::new(BpfSource {
             profiler,
             clock_offset: monotonic_to_unix_nanos_offset(),
+            off_cpu_probability: settings.off_cpu.probability(),
         }))
     }
 }
@@ -55,6 +58,18 @@ struct BpfSource {
     profiler: Profiler,
     /// Added to the BPF clock (monotonic) to get wall time.
     clock_offset: i128,
+    /// The chance a switch-out was recorded: each recorded time stands for 1/p of them.
+    off_cpu_probability: f64,
+}
+
+/// An off-CPU time recorded with probability `p`, scaled to what it stands for
+/// (Horvitz-Thompson: the sum of the scaled times estimates the total without bias).
+pub fn scale_off_cpu_nanos(nanos: u64, p: f64) -> u64 {
+    if p >= 1.0 || p <= 0.0 || p.is_nan() {
+        return nanos;
+    }
+    // Saturates at u64::MAX (float to int casts do), which no real wait reaches.
+    (nanos as f64 / p).round() as u64
 }
 
 impl SampleSource for BpfSource {
@@ -64,6 +79,7 @@ impl SampleSource for BpfSource {
         sink: &mut dyn FnMut(SourceEvent),
     ) -> Result<(), SourceError> {
         let offset = self.clock_offset;
+        let p = self.off_cpu_probability;
         self.profiler
             .poll(timeout, &mut |event| {
                 let event = match event {
@@ -84,6 +100,7 @@ impl SampleSource for BpfSource {
                             missing_table: s.missing_table,
                         },
                         stack_copy: s.stack_copy,
+                        off_cpu_ns: s.off_cpu_ns.map(|ns| scale_off_cpu_nanos(ns, p)),
                     }),
                     Event::Exec { pid, filename } => {
                         SourceEvent::Process(ProcessEvent::Exec { pid, filename })
@@ -104,7 +121,9 @@ impl SampleSource for BpfSource {
     }
 
     fn lost_samples(&self) -> u64 {
-        self.profiler.lost_samples()
+        self.profiler
+            .lost_samples()
+            .saturating_add(self.profiler.lost_off_cpu_samples())
     }
 
     fn lost_process_events(&self) -> u64 {
@@ -117,6 +136,12 @@ impl SampleSource for BpfSource {
 
     fn unwind_stats(&self) -> Option<profcol_bpf::UnwindStats> {
         Some(self.profiler.unwind_stats())
+    }
+
+    fn set_refused(&mut self, pid: u32, refused: bool) -> Result<(), SourceError> {
+        self.profiler
+            .set_refused(pid, refused)
+            .map_err(|e| SourceError(e.to_string()))
     }
 }
 

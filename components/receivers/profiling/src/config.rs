@@ -125,7 +125,8 @@ pub struct Config {
     /// interval are kept only when it is below this (1–100; 100: always).
     pub probabilistic_threshold: u32,
     /// The chance that a thread's switch off the CPU is recorded, for off-CPU profiles
-    /// (0–1; 0: off). Not built yet (issue 15): accepted, and a warning says so.
+    /// (0–1; 0: off, the default). Recorded times are divided by it, so totals estimate
+    /// all the time off the CPU.
     pub off_cpu_threshold: f64,
     /// Per interpreter (`python`, `hotspot`, ...): `disabled`. profcol has no interpreter
     /// unwinders yet (Python comes with issue 16): accepted, and a warning says so.
@@ -381,12 +382,6 @@ impl Config {
             out.push(format!(
                 "settings of the OTel eBPF profiler's own implementation have no effect in profcol: {}",
                 list.join("; ")
-            ));
-        }
-        if self.off_cpu_threshold > 0.0 {
-            out.push(format!(
-                "off_cpu_threshold: {} asks for off-CPU profiling, which profcol does not do yet (issue 15): only on-CPU samples are taken",
-                self.off_cpu_threshold
             ));
         }
         let wanted: Vec<&str> = self
@@ -907,9 +902,9 @@ mod tests {
         assert!(c.symbolize);
         assert_eq!(c.max_stack_depth, MAX_STACK_DEPTH);
         // One warning names every implementation setting, and one each says what is not
-        // built.
+        // built (off_cpu_threshold is: no warning).
         let warnings = c.start_warnings();
-        assert_eq!(warnings.len(), 4, "{warnings:#?}");
+        assert_eq!(warnings.len(), 3, "{warnings:#?}");
         let ignored: Vec<&str> = c.ignored_keys().iter().map(|(k, _)| *k).collect();
         assert_eq!(
             ignored,
@@ -939,13 +934,12 @@ mod tests {
                 warnings[0]
             );
         }
-        assert!(warnings[1].starts_with("off_cpu_threshold: 0.1 asks for off-CPU profiling"));
         assert!(
-            warnings[2].starts_with("interpreters: profcol does not unwind hotspot, ruby yet"),
+            warnings[1].starts_with("interpreters: profcol does not unwind hotspot, ruby yet"),
             "{}",
-            warnings[2]
+            warnings[1]
         );
-        assert!(warnings[3].starts_with("interpreters: go disabled has no effect"));
+        assert!(warnings[2].starts_with("interpreters: go disabled has no effect"));
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub mod symbolize;
 mod testutil;
 pub mod unwind;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use profcol_core::pdata::ProfileBatch;
 
 pub use config::{Config, ErrorMode, Filter, NamePattern, ProcessSelector};
-pub use model::{BatchMeta, Frame, ProfileBuilder, SCOPE_NAME, Symbols};
+pub use model::{BatchMeta, Frame, ProfileBuilder, SCOPE_NAME, SampleKind, Symbols};
 pub use process::{ProcFs, Process, ProcessTable};
 pub use receiver::{
     ProfilingReceiverFactory, SampleSource, SourceError, SourceEvent, SourceOpener,
@@ -72,6 +72,9 @@ pub struct RawSample {
     /// stack, unwound here once its tables are loaded (`user_stack` holds the
     /// frame-pointer walk meanwhile).
     pub stack_copy: Option<profcol_bpf::StackCopy>,
+    /// An off-CPU sample: the nanoseconds the thread was off the CPU, already divided by
+    /// the share of switches recorded (so that totals are unbiased). `None`: a CPU sample.
+    pub off_cpu_ns: Option<u64>,
 }
 
 /// A process lifecycle event from the sampler (pids are thread-group ids).
@@ -229,6 +232,10 @@ pub struct Engine {
     random: Box<dyn schedule::Random>,
     /// When the machine booted (unix ns), for process ages; `None` when unknown.
     boot_unix_nano: Option<u64>,
+    /// Processes the filter refused that the sampler was told of (until their exec or
+    /// exit), and the changes not yet handed to it.
+    refused: HashSet<u32>,
+    refusals: Vec<(u32, bool)>,
 }
 
 /// Samples with stack copies held at most (8 KiB each); more are added with the
@@ -295,6 +302,8 @@ impl Engine {
             probabilistic,
             random: Box::new(schedule::XorShift::seeded()),
             boot_unix_nano,
+            refused: HashSet::new(),
+            refusals: Vec::new(),
             config,
             env,
             table,
@@ -344,8 +353,19 @@ impl Engine {
         }
         if let ProcessEvent::Exec { pid, .. } | ProcessEvent::Exit { pid } = event {
             self.unwinder.forget(pid);
+            // The kernel side clears its mark at exec and exit by itself; clearing it
+            // again after an exec undoes a mark sent for the old image after that exec.
+            if self.refused.remove(&pid) && matches!(event, ProcessEvent::Exec { .. }) {
+                self.refusals.push((pid, false));
+            }
         }
         self.table.on_event(&event, now);
+    }
+
+    /// Processes the sampler may skip (`true`) or must sample again (`false`) since the
+    /// last call, in order. Call it after each poll of the sampler.
+    pub fn take_refusals(&mut self) -> Vec<(u32, bool)> {
+        std::mem::take(&mut self.refusals)
     }
 
     /// Gives the sampler's stack walker the mappings and unwind tables that the samples
@@ -420,6 +440,11 @@ impl Engine {
         let process = self.table.get_or_load(pid, now);
         if !process.allowed {
             self.stats.samples_filtered += 1;
+            // Judged on what /proc said of this image: the sampler can skip it from now
+            // on, before taking any stack, until the exec that may change its name.
+            if process.loaded && !process.unread && pid != 0 && self.refused.insert(pid) {
+                self.refusals.push((pid, true));
+            }
             self.unwinder.on_sample(pid, &sample.unwind, false);
             return;
         }
@@ -541,8 +566,19 @@ impl Engine {
         } else {
             sample.time_unix_nano
         };
-        self.builder
-            .add(resource, frames, sample.tid, &sample.comm, sample.cpu, time);
+        let kind = match sample.off_cpu_ns {
+            Some(nanos) => SampleKind::OffCpu { nanos },
+            None => SampleKind::Cpu,
+        };
+        self.builder.add(
+            kind,
+            resource,
+            frames,
+            sample.tid,
+            &sample.comm,
+            sample.cpu,
+            time,
+        );
     }
 
     /// The samples since the last flush as one batch (`None` when there were none), after

@@ -3,11 +3,13 @@
 //!
 //! - one `ResourceProfiles` per process (`process.pid`, `process.executable.name`,
 //!   `process.executable.path`, `container.id` when known, `host.name`);
-//! - one scope (`profcol/profiling` + version) with one `Profile`: sample type
+//! - one scope (`profcol/profiling` + version) with a CPU `Profile`: sample type
 //!   `samples`/`count`, period type `cpu`/`nanoseconds`, period 1e9 / frequency, the window
-//!   as `time_unix_nano` + `duration_nano`;
+//!   as `time_unix_nano` + `duration_nano`; and, with off-CPU profiling, an off-CPU
+//!   `Profile`: sample type `off_cpu`/`nanoseconds`, no period type or period;
 //! - samples keyed by (stack, `thread.id`, `thread.name`, `cpu.logical_number`), one
-//!   timestamp per event and no values;
+//!   timestamp per event; CPU samples have no values, off-CPU samples one value per
+//!   timestamp (the nanoseconds off the CPU, scaled for the share recorded);
 //! - stacks leaf first: kernel frames, then user frames; every location carries
 //!   `profile.frame.type`; mappings carry their file name, range, offset and build ids.
 
@@ -94,8 +96,18 @@ pub struct MappingRecord {
     pub mapping: Arc<Mapping>,
 }
 
+/// Which profile a sample belongs to, and the value it adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleKind {
+    /// Taken by the sampling clock: counts one.
+    Cpu,
+    /// A thread's time off the CPU, in nanoseconds (scaled).
+    OffCpu { nanos: u64 },
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct SampleKey {
+    off_cpu: bool,
     resource: ResourceId,
     stack: u32,
     tid: u32,
@@ -121,6 +133,14 @@ pub struct BatchMeta {
     pub kernel_build_id: Option<String>,
 }
 
+/// The events of one sample key: their timestamps and, off-CPU, their values.
+#[derive(Debug)]
+struct SampleEvents {
+    key: SampleKey,
+    times: Vec<u64>,
+    values: Vec<i64>,
+}
+
 /// Samples between two flushes.
 #[derive(Debug, Default)]
 pub struct ProfileBuilder {
@@ -133,7 +153,7 @@ pub struct ProfileBuilder {
     mapping_index: HashMap<(u32, u64, u64, u64, u64), MappingId>,
     stacks: Vec<Vec<Frame>>,
     stack_index: HashMap<Vec<Frame>, u32>,
-    samples: Vec<(SampleKey, Vec<u64>)>,
+    samples: Vec<SampleEvents>,
     sample_index: HashMap<SampleKey, usize>,
     events: usize,
 }
@@ -195,8 +215,10 @@ impl ProfileBuilder {
     }
 
     /// Records one event.
+    #[allow(clippy::too_many_arguments)]
     pub fn add(
         &mut self,
+        kind: SampleKind,
         resource: ResourceId,
         frames: Vec<Frame>,
         tid: u32,
@@ -214,17 +236,29 @@ impl ProfileBuilder {
             }
         };
         let key = SampleKey {
+            off_cpu: matches!(kind, SampleKind::OffCpu { .. }),
             resource,
             stack,
             tid,
             thread_name: thread_name.to_owned(),
             cpu,
         };
-        match self.sample_index.get(&key) {
-            Some(&i) => self.samples[i].1.push(time_unix_nano),
+        let i = match self.sample_index.get(&key) {
+            Some(&i) => i,
             None => {
                 self.sample_index.insert(key.clone(), self.samples.len());
-                self.samples.push((key, vec![time_unix_nano]));
+                self.samples.push(SampleEvents {
+                    key,
+                    times: Vec::new(),
+                    values: Vec::new(),
+                });
+                self.samples.len() - 1
+            }
+        };
+        if let Some(events) = self.samples.get_mut(i) {
+            events.times.push(time_unix_nano);
+            if let SampleKind::OffCpu { nanos } = kind {
+                events.values.push(i64::try_from(nanos).unwrap_or(i64::MAX));
             }
         }
         self.events += 1;
@@ -294,23 +328,36 @@ impl ProfileBuilder {
             kernel_mapping: None,
             unsymbolized: 0,
         };
-        let mut by_resource: Vec<Samples> = vec![Samples::default(); self.resources.len()];
+        // Per resource: CPU samples, off-CPU samples.
+        let mut by_resource: Vec<[Samples; 2]> =
+            vec![[Samples::default(), Samples::default()]; self.resources.len()];
         let mut timestamps = Vec::new();
-        for (key, times) in &self.samples {
+        let mut values = Vec::new();
+        for SampleEvents {
+            key,
+            times,
+            values: raw_values,
+        } in &self.samples
+        {
             let stack = out.stack(key.stack);
+            // In time order, each value staying with its timestamp.
+            let mut order: Vec<usize> = (0..times.len()).collect();
+            order.sort_by_key(|&i| times[i]);
             timestamps.clear();
-            timestamps.extend_from_slice(times);
-            timestamps.sort_unstable();
+            timestamps.extend(order.iter().map(|&i| times[i]));
+            values.clear();
+            values.extend(order.iter().filter_map(|&i| raw_values.get(i).copied()));
             let attribute_indices = [
                 out.dict.attribute_int(attr::THREAD_ID, i64::from(key.tid)),
                 out.dict.attribute_str(attr::THREAD_NAME, &key.thread_name),
                 out.dict
                     .attribute_int(attr::CPU_LOGICAL_NUMBER, i64::from(key.cpu)),
             ];
-            if let Some(samples) = by_resource.get_mut(key.resource.0 as usize) {
-                samples.push(&Sample {
+            if let Some(profiles) = by_resource.get_mut(key.resource.0 as usize) {
+                profiles[usize::from(key.off_cpu)].push(&Sample {
                     stack_index: stack,
                     attribute_indices: &attribute_indices,
+                    values: &values,
                     timestamps_unix_nano: &timestamps,
                     ..Default::default()
                 });
@@ -324,34 +371,54 @@ impl ProfileBuilder {
             type_strindex: out.dict.string("cpu"),
             unit_strindex: out.dict.string("nanoseconds"),
         };
+        let off_cpu_type = ValueType {
+            type_strindex: out.dict.string("off_cpu"),
+            unit_strindex: out.dict.string("nanoseconds"),
+        };
         let resource_profiles = self
             .resources
             .iter()
             .zip(by_resource)
-            .filter(|(_, samples)| !samples.is_empty())
-            .map(|(info, samples)| ResourceProfiles {
-                resource: Some(Resource {
-                    attributes: resource_attributes(info, meta),
-                    ..Default::default()
-                }),
-                scope_profiles: vec![ScopeProfiles {
-                    scope: Some(InstrumentationScope {
-                        name: SCOPE_NAME.to_owned(),
-                        version: meta.scope_version.clone(),
-                        ..Default::default()
-                    }),
-                    profiles: vec![Profile {
+            .filter(|(_, [cpu, off_cpu])| !cpu.is_empty() || !off_cpu.is_empty())
+            .map(|(info, [cpu, off_cpu])| {
+                let mut profiles = Vec::with_capacity(2);
+                if !cpu.is_empty() {
+                    profiles.push(Profile {
                         sample_type: samples_type,
-                        samples,
+                        samples: cpu,
                         time_unix_nano: start,
                         duration_nano: end - start,
                         period_type,
                         period: meta.period_nanos,
                         ..Default::default()
+                    });
+                }
+                if !off_cpu.is_empty() {
+                    // As the OTel profiler: no period, a value per event.
+                    profiles.push(Profile {
+                        sample_type: off_cpu_type,
+                        samples: off_cpu,
+                        time_unix_nano: start,
+                        duration_nano: end - start,
+                        ..Default::default()
+                    });
+                }
+                ResourceProfiles {
+                    resource: Some(Resource {
+                        attributes: resource_attributes(info, meta),
+                        ..Default::default()
+                    }),
+                    scope_profiles: vec![ScopeProfiles {
+                        scope: Some(InstrumentationScope {
+                            name: SCOPE_NAME.to_owned(),
+                            version: meta.scope_version.clone(),
+                            ..Default::default()
+                        }),
+                        profiles,
+                        schema_url: String::new(),
                     }],
-                    schema_url: String::new(),
-                }],
-                schema_url: SCHEMA_URL.to_owned(),
+                    schema_url: SCHEMA_URL.to_owned(),
+                }
             })
             .collect();
         let unsymbolized = out.unsymbolized;
@@ -736,10 +803,19 @@ mod tests {
             Frame::Unmapped { addr: 0xdead },
             Frame::Truncated,
         ];
-        b.add(app, stack.clone(), 7, "worker", 1, 101 * s);
-        b.add(app, stack.clone(), 7, "worker", 1, 100 * s + 5);
-        b.add(app, stack.clone(), 8, "worker", 1, 102 * s);
+        b.add(SampleKind::Cpu, app, stack.clone(), 7, "worker", 1, 101 * s);
         b.add(
+            SampleKind::Cpu,
+            app,
+            stack.clone(),
+            7,
+            "worker",
+            1,
+            100 * s + 5,
+        );
+        b.add(SampleKind::Cpu, app, stack.clone(), 8, "worker", 1, 102 * s);
+        b.add(
+            SampleKind::Cpu,
             other,
             vec![Frame::Kernel {
                 addr: 0xffffffff81000100,
@@ -931,18 +1007,23 @@ mod tests {
         assert_eq!((unmapped.mapping_index, unmapped.address), (0, 0xdead));
     }
 
-    #[test]
-    fn window_widens_to_hold_late_and_early_timestamps() {
-        let mut b = ProfileBuilder::new(1000);
-        let r = b.resource(ResourceInfo {
-            pid: 1,
+    /// A process known by its pid alone.
+    fn bare_process(pid: u32) -> ResourceInfo {
+        ResourceInfo {
+            pid,
             executable_name: None,
             executable_path: None,
             container_id: None,
             env: Vec::new(),
-        });
-        b.add(r, Vec::new(), 1, "t", 0, 900);
-        b.add(r, Vec::new(), 1, "t", 0, 2500);
+        }
+    }
+
+    #[test]
+    fn window_widens_to_hold_late_and_early_timestamps() {
+        let mut b = ProfileBuilder::new(1000);
+        let r = b.resource(bare_process(1));
+        b.add(SampleKind::Cpu, r, Vec::new(), 1, "t", 0, 900);
+        b.add(SampleKind::Cpu, r, Vec::new(), 1, "t", 0, 2500);
         let (batch, _) = b.finish(&Symbols::default(), &meta(), 2000);
         assert!(ProfileBatch::decode(&batch.encode_to_vec()).is_ok());
         let batch = batch.to_wire();
@@ -952,5 +1033,65 @@ mod tests {
         for t in &p.samples[0].timestamps_unix_nano {
             assert!((p.time_unix_nano..p.time_unix_nano + p.duration_nano).contains(t));
         }
+    }
+
+    /// Off-CPU samples form their own profile beside the CPU one, as the OTel profiler's:
+    /// `off_cpu`/`nanoseconds`, no period, a value per timestamp kept with it when the
+    /// events are put in time order.
+    #[test]
+    fn off_cpu_samples_form_their_own_profile_with_a_value_per_event() {
+        let mut b = ProfileBuilder::new(1000);
+        let r = b.resource(bare_process(1));
+        let stack = vec![Frame::Kernel {
+            addr: 0xffffffff81000100,
+        }];
+        b.add(SampleKind::Cpu, r, stack.clone(), 1, "t", 0, 1500);
+        b.add(
+            SampleKind::OffCpu { nanos: 700 },
+            r,
+            stack.clone(),
+            1,
+            "t",
+            0,
+            1900,
+        );
+        b.add(
+            SampleKind::OffCpu { nanos: 300 },
+            r,
+            stack.clone(),
+            1,
+            "t",
+            0,
+            1200,
+        );
+        let (batch, _) = b.finish(&Symbols::default(), &meta(), 2000);
+        let batch = ProfileBatch::decode(&batch.encode_to_vec())
+            .expect("valid")
+            .to_wire();
+        let d = &batch.dictionary;
+        let profiles: Vec<_> = batch.profiles().collect();
+        assert_eq!(profiles.len(), 2, "one CPU and one off-CPU profile");
+        let vt = |t: Option<ValueType>| {
+            let t = t.unwrap_or_default();
+            (
+                d.string_table[t.type_strindex as usize].clone(),
+                d.string_table[t.unit_strindex as usize].clone(),
+            )
+        };
+        let cpu = profiles[0];
+        assert_eq!(vt(cpu.sample_type), ("samples".into(), "count".into()));
+        assert_eq!(cpu.samples.len(), 1);
+        assert!(cpu.samples[0].values.is_empty());
+        let off = profiles[1];
+        assert_eq!(
+            vt(off.sample_type),
+            ("off_cpu".into(), "nanoseconds".into())
+        );
+        assert_eq!(vt(off.period_type), (String::new(), String::new()));
+        assert_eq!(off.period, 0);
+        assert_eq!(off.samples.len(), 1, "one stack, one thread: one sample");
+        assert_eq!(off.samples[0].timestamps_unix_nano, vec![1200, 1900]);
+        assert_eq!(off.samples[0].values, vec![300, 700]);
+        assert_eq!(off.samples[0].stack_index, cpu.samples[0].stack_index);
     }
 }

@@ -99,6 +99,13 @@ pub trait SampleSource: Send + 'static {
     fn unwind_stats(&self) -> Option<profcol_bpf::UnwindStats> {
         None
     }
+
+    /// Tells a sampler that can filter early that the receiver's filters refuse process
+    /// `pid` (`refused`), or no longer know that (its exec). Errors are only logged: the
+    /// receiver refuses the samples anyway.
+    fn set_refused(&mut self, _pid: u32, _refused: bool) -> Result<(), SourceError> {
+        Ok(())
+    }
 }
 
 /// Starts a [`SampleSource`] for a config (loads and attaches BPF). Called when the
@@ -356,6 +363,11 @@ impl Loop {
             }
             if let Some(maps) = source.unwind_maps() {
                 engine.sync_unwinding(maps);
+            }
+            for (pid, refused) in engine.take_refusals() {
+                if let Err(e) = source.set_refused(pid, refused) {
+                    tracing::debug!(pid, refused, "could not tell the sampler: {e}");
+                }
             }
             let now = Instant::now();
             if now >= next_flush {

@@ -72,6 +72,7 @@ fn sample(pid: u32, t: u64, user: Vec<u64>) -> RawSample {
         user_truncated: false,
         unwind: Default::default(),
         stack_copy: None,
+        off_cpu_ns: None,
     }
 }
 
@@ -287,6 +288,19 @@ fn filtered_processes_are_dropped_and_counted() {
     let stats = engine.stats();
     assert_eq!((stats.samples_received, stats.samples_filtered), (1, 1));
     assert!(!engine.filter().allows_everything());
+    // The sampler is told once to skip the process before taking stacks; an exec (a new
+    // name to judge) clears that, and an exit needs no word.
+    let pid = std::process::id();
+    assert_eq!(engine.take_refusals(), [(pid, true)]);
+    engine.on_sample(sample(pid, S + 1, vec![0x1000]));
+    assert_eq!(engine.take_refusals(), [], "told once");
+    engine.on_process_event(ProcessEvent::Exec {
+        pid,
+        filename: "/bin/other".into(),
+    });
+    assert_eq!(engine.take_refusals(), [(pid, false)]);
+    engine.on_process_event(ProcessEvent::Exit { pid });
+    assert_eq!(engine.take_refusals(), []);
 }
 
 #[test]

@@ -128,7 +128,9 @@ def expected(jsonl):
                                 if value:
                                     labels[label_name(s(kv.get("keyStrindex", 0)))] = value
                             values = smp.get("values", [])
-                            value = int(values[0]) if values else max(1, len(smp.get("timestampsUnixNano", [])))
+                            # A sample's total: the sum of its values (one per event when
+                            # they pair with timestamps), else its count of timestamps.
+                            value = sum(int(v) for v in values) if values else max(1, len(smp.get("timestampsUnixNano", [])))
                             st_index = int(smp.get("stackIndex", 0) or 0)
                             frames = tuple(frame(li) for li in stacks[st_index].get("locationIndices", []))
                             key = (tuple(sorted(labels.items())), frames, ptype)

@@ -17,6 +17,8 @@ pub struct Resolved {
     pub count: u64,
     /// The sample's timestamps (Unix ns).
     pub timestamps: Vec<u64>,
+    /// Its profile's sample type (`samples` for CPU, `off_cpu`, ...).
+    pub sample_type: String,
 }
 
 fn any_value(v: &serde_json::Value) -> String {
@@ -102,6 +104,7 @@ pub fn read_samples(path: &Path) -> Vec<Resolved> {
                 .collect();
             for sp in arr(&rp["scopeProfiles"]) {
                 for p in arr(&sp["profiles"]) {
+                    let sample_type = s(idx(&p["sampleType"]["typeStrindex"]));
                     for smp in arr(&p["samples"]) {
                         let mut frames = Vec::new();
                         let mut frame_types = Vec::new();
@@ -130,6 +133,7 @@ pub fn read_samples(path: &Path) -> Vec<Resolved> {
                             frame_types,
                             count,
                             timestamps,
+                            sample_type: sample_type.clone(),
                         });
                     }
                 }

@@ -417,9 +417,12 @@ fn a_cpu_profile_is_read_by_go_tool_pprof_and_by_profcol_one_at_a_time() {
         second.text()
     );
     let (reply, took) = first.join().expect("first");
-    // Answered about when asked, as Go's handler (a scraper's timeout is N + 1 s): N plus
-    // writing the profile, which an unoptimized test build is slow at.
-    assert!(took < Duration::from_millis(3500), "{took:?}");
+    // Answered when the 2 s are over, as Go's handler, not after another wait: N plus
+    // writing the profile, which an unoptimized test build under CI's load took 1.6 s for.
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
     drop(busy);
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert!(reply.head.contains("application/octet-stream"));

@@ -369,6 +369,18 @@ impl Profiler {
         self.lost(LOST_SAMPLES)
     }
 
+    /// The recorded threads off the CPU now, whose samples wait for them to run again.
+    pub fn off_cpu_waiting(&self) -> Vec<u32> {
+        find_map(&self.object, MAP_OFF_CPU_WAITING).map_or_else(
+            |_| Vec::new(),
+            |map| {
+                map.keys()
+                    .filter_map(|k| k.get(..4)?.try_into().ok().map(u32::from_ne_bytes))
+                    .collect()
+            },
+        )
+    }
+
     /// Off-CPU samples dropped because the ring buffer was full.
     pub fn lost_off_cpu_samples(&self) -> u64 {
         self.lost(LOST_OFF_CPU)

@@ -79,6 +79,7 @@ struct mm_struct;
 
 /* include/linux/sched.h */
 struct task_struct {
+	unsigned int flags; /* PF_* */
 	pid_t pid;  /* thread id */
 	pid_t tgid; /* process id */
 	struct signal_struct *signal;

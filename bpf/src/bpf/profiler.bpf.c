@@ -984,10 +984,8 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	 * signal->live, so 0 means this is the last thread: the process ends
 	 * (also when the group leader exited earlier than its threads).
 	 */
-	u32 tgid, tid = BPF_CORE_READ(p, pid);
+	u32 tgid;
 
-	/* A thread recorded off the CPU that exits never comes back for its sample. */
-	bpf_map_delete_elem(&off_cpu_waiting, &tid);
 	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	tgid = BPF_CORE_READ(p, tgid);
@@ -1013,6 +1011,8 @@ int BPF_PROG(on_exit, struct task_struct *p)
  * itself, bpf_trace_run4 and __traceiter_sched_switch. The stack shown starts where the
  * scheduler was called (__schedule). */
 #define SWITCH_TRACE_FRAMES 3
+/* task_struct.flags: the task is exiting (include/linux/sched.h). */
+#define PF_EXITING 0x00000004
 
 static __always_inline void off_cpu_leave(void *ctx, struct filter_config *cfg,
 					  struct task_struct *prev)
@@ -1028,6 +1028,10 @@ static __always_inline void off_cpu_leave(void *ctx, struct filter_config *cfg,
 	pid_tgid = bpf_get_current_pid_tgid();
 	tid = (u32)pid_tgid;
 	if (tid == 0) /* the idle task does not wait */
+		return;
+	/* An exiting thread's last switch: it never comes back, and a new thread given its
+	 * id would be sent the dead one's sample. */
+	if (prev->flags & PF_EXITING)
 		return;
 	if (!wanted(pid_tgid >> 32))
 		return;

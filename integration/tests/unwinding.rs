@@ -63,6 +63,21 @@ impl Run {
 /// exec'd: named by its executable), once most of those due for the CPU time it got (at
 /// most `cpu_seconds`) are in.
 fn profile(dir: &Path, program: &Path, args: &[&str], cpu_seconds: f64) -> Run {
+    profile_with(dir, program, args, cpu_seconds, None)
+}
+
+/// With `warm_up` seconds, the program burns that long in `warm_up` first, so that the
+/// work under test starts once profcol has its tables: for tests of how deep stacks are
+/// walked, not of a process's first samples (which a loaded machine can leave without a
+/// stack copy while the poll thread builds tables). `Run::samples` then leaves out the
+/// warm-up's samples.
+fn profile_with(
+    dir: &Path,
+    program: &Path,
+    args: &[&str],
+    cpu_seconds: f64,
+    warm_up: Option<&str>,
+) -> Run {
     let (health, metrics) = (free_port(), free_port());
     let out = dir.join("profiles.jsonl");
     // Debug logs: what the unwinder did for the process, when a test fails.
@@ -71,15 +86,35 @@ fn profile(dir: &Path, program: &Path, args: &[&str], cpu_seconds: f64) -> Run {
         "  telemetry:\n    logs:\n      level: debug\n",
     );
     let collector = Collector::start(dir, "profcol", &config, health, metrics);
-    let child = Command::new(program)
+    let mut command = Command::new(program);
+    if let Some(seconds) = warm_up {
+        command.env("UNWIND_WARM_UP", seconds);
+    }
+    let mut child = command
         .args(args)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .spawn()
         .expect("start the program");
     let pid = child.id();
+    // When it said "ready" (after any warm-up), in Unix nanoseconds.
+    let ready_at = {
+        let stdout = child.stdout.take().expect("stdout");
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut ready = None;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line == "ready" && ready.is_none() {
+                    ready = Some(unix_nanos());
+                }
+            }
+            ready
+        })
+    };
     // The CPU time it got, read while it runs (the last reading before it exits): on a
     // busy machine a program that runs for wall time gets less than it asked for.
-    let mut child = child;
     let mut cpu_used = 0.0f64;
     let status = loop {
         if let Some(used) = cpu_seconds_of(pid) {
@@ -117,11 +152,38 @@ fn profile(dir: &Path, program: &Path, args: &[&str], cpu_seconds: f64) -> Run {
     );
     // The last batch.
     std::thread::sleep(Duration::from_millis(1500));
+    let mut samples = of_program();
+    if warm_up.is_some() {
+        let ready = ready_at
+            .join()
+            .ok()
+            .flatten()
+            .expect("the program said ready");
+        samples = after(samples, ready);
+    }
     Run {
-        samples: of_program(),
+        samples,
         collector,
         pid,
     }
+}
+
+fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The samples' events at or after `ready` (Unix ns), each sample counting those.
+fn after(samples: Vec<Resolved>, ready: u64) -> Vec<Resolved> {
+    samples
+        .into_iter()
+        .filter_map(|mut s| {
+            s.timestamps.retain(|&t| t >= ready);
+            s.count = s.timestamps.len() as u64;
+            (s.count > 0).then_some(s)
+        })
+        .collect()
 }
 
 /// User + system CPU seconds of a running process (`/proc/PID/stat` fields 14 and 15, in
@@ -313,7 +375,7 @@ fn a_thread_reaches_its_start_routine_and_a_60_deep_recursion_is_whole() {
     }
     let dir = scratch("unwind-thread");
     let program = no_frame_pointers(&dir);
-    let run = profile(&dir, &program, &["thread", "1.5"], 1.5);
+    let run = profile_with(&dir, &program, &["thread", "1.5"], 1.5, Some("1"));
     let threaded = share(&run.samples, |x| {
         in_order(x, &["thread_work", "thread_start", "start_thread"]) && whole(x)
     });
@@ -326,7 +388,7 @@ fn a_thread_reaches_its_start_routine_and_a_60_deep_recursion_is_whole() {
     assert!(run.collector.stop().success());
 
     let dir = scratch("unwind-recurse");
-    let run = profile(&dir, &program, &["recurse", "1.5"], 1.5);
+    let run = profile_with(&dir, &program, &["recurse", "1.5"], 1.5, Some("1"));
     let deep = share(&run.samples, |x| {
         let depth = x.frames.iter().filter(|f| *f == "recurse").count();
         depth == 61 && in_order(x, &["recurse_leaf", "recurse", "main"]) && whole(x)

@@ -143,6 +143,18 @@ KEEP unsigned long signal_driver(double seconds)
 	return total;
 }
 
+/* With UNWIND_WARM_UP=SECONDS, burns that long here first: a profiler has the process's
+ * tables by the time the work under test starts, whatever its load. */
+KEEP unsigned long warm_up(double seconds)
+{
+	unsigned long x = 0;
+	double end = cpu_seconds() + seconds;
+	while (cpu_seconds() < end)
+		for (int i = 0; i < 10000; i++)
+			x += i ^ (x >> 5);
+	return x;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "chain";
@@ -157,6 +169,8 @@ int main(int argc, char **argv)
 		sigaction(SIGPROF, &sa, NULL);
 		setitimer(ITIMER_PROF, &every, NULL);
 	}
+	if (getenv("UNWIND_WARM_UP"))
+		sink += warm_up(atof(getenv("UNWIND_WARM_UP")));
 	printf("ready\n");
 	fflush(stdout);
 	if (strcmp(mode, "chain") == 0) {

@@ -333,6 +333,7 @@ impl ProfileBuilder {
             vec![[Samples::default(), Samples::default()]; self.resources.len()];
         let mut timestamps = Vec::new();
         let mut values = Vec::new();
+        let mut order: Vec<usize> = Vec::new();
         for SampleEvents {
             key,
             times,
@@ -341,8 +342,9 @@ impl ProfileBuilder {
         {
             let stack = out.stack(key.stack);
             // In time order, each value staying with its timestamp.
-            let mut order: Vec<usize> = (0..times.len()).collect();
-            order.sort_by_key(|&i| times[i]);
+            order.clear();
+            order.extend(0..times.len());
+            order.sort_unstable_by_key(|&i| times[i]);
             timestamps.clear();
             timestamps.extend(order.iter().map(|&i| times[i]));
             values.clear();

@@ -2,10 +2,14 @@
 //! (`struct sample_event`, `struct process_event`). Native endian, naturally
 //! aligned; this module is the only place that knows the offsets.
 
-use crate::{Event, Sample, StackCopy, UnwindEnd};
+use crate::{Event, PythonEnd, PythonFrame, Sample, StackCopy, UnwindEnd};
 
 /// Frames per stack the BPF program collects at most.
 pub(crate) const MAX_FRAMES: usize = 127;
+/// Python frames per sample at most (`MAX_PYTHON_FRAMES`).
+pub(crate) const MAX_PYTHON_FRAMES: usize = 96;
+/// A Python frame's second word: the entry mark (`PYTHON_FRAME_ENTRY`).
+const PYTHON_FRAME_ENTRY: u64 = 1 << 56;
 
 pub(crate) const EVENT_SAMPLE: u32 = 1;
 pub(crate) const EVENT_EXEC: u32 = 2;
@@ -112,9 +116,24 @@ fn decode_sample(b: &[u8]) -> Result<Sample, DecodeError> {
     if nk > MAX_FRAMES || nu > MAX_FRAMES || b.len() < SAMPLE_HEADER_LEN + (nk + nu) * 8 {
         return Err(short);
     }
+    let np = usize::from(u16_at(b, 60));
+    if np > MAX_PYTHON_FRAMES || b.len() < SAMPLE_HEADER_LEN + (nk + nu + 2 * np) * 8 {
+        return Err(short);
+    }
     let frame = |i: usize| u64_at(b, SAMPLE_HEADER_LEN + i * 8);
+    let python_stack = (0..np)
+        .map(|i| {
+            let (code, word) = (frame(nk + nu + 2 * i), frame(nk + nu + 2 * i + 1));
+            PythonFrame {
+                code,
+                position: word as u32 as i32,
+                first_line: ((word >> 32) & 0xff_ffff) as u32,
+                entry: word & PYTHON_FRAME_ENTRY != 0,
+            }
+        })
+        .collect();
     let stack_copy = if flags & SAMPLE_STACK_COPY != 0 {
-        let at = SAMPLE_HEADER_LEN + (nk + nu) * 8;
+        let at = SAMPLE_HEADER_LEN + (nk + nu + 2 * np) * 8;
         let len = u32_at(b, 56) as usize;
         if len > STACK_COPY_BYTES || b.len() < at + 24 + len {
             return Err(short);
@@ -144,6 +163,8 @@ fn decode_sample(b: &[u8]) -> Result<Sample, DecodeError> {
         missing_table: flags & SAMPLE_MISSING_TABLE != 0,
         stack_copy,
         off_cpu_ns: (flags & SAMPLE_OFF_CPU != 0).then(|| u64_at(b, OFF_CPU_NS_AT)),
+        python_stack,
+        python_end: PythonEnd::from_code(u16_at(b, 62)),
     })
 }
 
@@ -172,6 +193,47 @@ mod tests {
             b.extend_from_slice(&f.to_ne_bytes());
         }
         b
+    }
+
+    #[test]
+    fn python_frames_follow_the_user_frames_and_are_bounded() {
+        let mut b = sample_bytes(&[], &[0x40_1000], 0);
+        b[60..62].copy_from_slice(&2u16.to_ne_bytes());
+        b[62..64].copy_from_slice(&1u16.to_ne_bytes()); // PYTHON_COMPLETE
+        for word in [
+            0x7f00_0010u64,
+            (12 << 32) | 0xffff_ffff,
+            0x7f00_0020,
+            (7 << 32) | 3 | PYTHON_FRAME_ENTRY,
+        ] {
+            b.extend_from_slice(&word.to_ne_bytes());
+        }
+        let Ok(Event::Sample(s)) = decode(&b) else {
+            panic!("not a sample")
+        };
+        assert_eq!(s.user_stack, vec![0x40_1000]);
+        assert_eq!(s.python_end, PythonEnd::Complete);
+        assert_eq!(
+            s.python_stack,
+            vec![
+                PythonFrame {
+                    code: 0x7f00_0010,
+                    position: -1,
+                    first_line: 12,
+                    entry: false
+                },
+                PythonFrame {
+                    code: 0x7f00_0020,
+                    position: 3,
+                    first_line: 7,
+                    entry: true
+                },
+            ]
+        );
+        // A count past the record, or past the most BPF writes, is a short record.
+        assert!(decode(&b[..b.len() - 8]).is_err());
+        b[60..62].copy_from_slice(&(MAX_PYTHON_FRAMES as u16 + 1).to_ne_bytes());
+        assert!(decode(&b).is_err());
     }
 
     #[test]

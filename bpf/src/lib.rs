@@ -212,6 +212,121 @@ pub struct Sample {
     /// again (not yet divided by [`OffCpuShare::probability`]); the stacks are where it
     /// waited. `None` for a CPU sample.
     pub off_cpu_ns: Option<u64>,
+    /// Python frames of the thread, innermost first, where its process runs CPython
+    /// ([`Profiler::set_python_process`]).
+    pub python_stack: Vec<PythonFrame>,
+    /// Why the Python walk ended.
+    pub python_end: PythonEnd,
+}
+
+/// One Python frame as the walker read it: which code object ran, and where in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PythonFrame {
+    /// The code object's address.
+    pub code: u64,
+    /// The instruction position: bytes (3.8/3.9) or code units (3.10+); -1 before the
+    /// first instruction.
+    pub position: i32,
+    /// `co_firstlineno` read with the frame (its low 24 bits): with `code`, which code
+    /// object it was, since one at the same address may be freed and another made.
+    pub first_line: u32,
+    /// The frame carries its version's entry mark (3.11 `is_entry`, 3.12+ a C-stack
+    /// shim frame).
+    pub entry: bool,
+}
+
+/// Why the Python walk of a sample ended (`enum python_end`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PythonEnd {
+    /// Not a Python process, or not walked (a sample with a stack copy).
+    #[default]
+    None,
+    /// The thread's first frame was reached.
+    Complete,
+    /// The thread has no thread state: it does not run Python.
+    NoThread,
+    /// The interpreter's memory could not be read.
+    ReadFault,
+    /// The most frames a sample holds were recorded.
+    Depth,
+}
+
+impl PythonEnd {
+    pub(crate) fn from_code(code: u16) -> Self {
+        match code {
+            1 => PythonEnd::Complete,
+            2 => PythonEnd::NoThread,
+            3 => PythonEnd::ReadFault,
+            4 => PythonEnd::Depth,
+            _ => PythonEnd::None,
+        }
+    }
+}
+
+/// Where one process's CPython keeps its threads and frames (`struct python_proc`):
+/// the address of `_PyRuntime` and the offsets of its version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PythonProcess {
+    /// The address of `_PyRuntime` in the process.
+    pub runtime: u64,
+    /// `_PyRuntime.interpreters.head`.
+    pub interp_head: u16,
+    /// `PyInterpreterState.next`.
+    pub interp_next: u16,
+    /// `PyInterpreterState`'s first thread state.
+    pub interp_threads: u16,
+    /// `PyThreadState.next`.
+    pub thread_next: u16,
+    /// `PyThreadState.thread_id`: `pthread_self()`, the thread's fs base.
+    pub thread_id: u16,
+    /// The thread state's current frame (or `_PyCFrame` pointer, 3.11/3.12).
+    pub thread_frame: u16,
+    /// Through `_PyCFrame` (3.11/3.12): its `current_frame`.
+    pub cframe_frame: Option<u16>,
+    /// A frame's code object.
+    pub frame_code: u16,
+    /// A frame's caller.
+    pub frame_back: u16,
+    /// A frame's instruction position (`int`), or pointer when `instruction_is_pointer`.
+    pub frame_instruction: u16,
+    /// The entry mark's byte in a frame, and its value.
+    pub frame_marker: Option<(u16, u8)>,
+    /// Where a code object's bytecode starts (3.11+).
+    pub code_bytecode: u16,
+    /// A code object's `co_firstlineno`.
+    pub code_firstlineno: u16,
+    /// The frame holds a pointer into the bytecode (3.11+), not an index.
+    pub instruction_is_pointer: bool,
+}
+
+impl PythonProcess {
+    /// The record as `profiler.bpf.c` lays it out.
+    pub fn to_bytes(&self) -> [u8; 40] {
+        const NONE: u16 = 0xffff;
+        let mut b = [0u8; 40];
+        b[..8].copy_from_slice(&self.runtime.to_ne_bytes());
+        let words = [
+            self.interp_head,
+            self.interp_next,
+            self.interp_threads,
+            self.thread_next,
+            self.thread_id,
+            self.thread_frame,
+            self.cframe_frame.unwrap_or(NONE),
+            self.frame_code,
+            self.frame_back,
+            self.frame_instruction,
+            self.frame_marker.map_or(NONE, |(at, _)| at),
+            self.code_bytecode,
+            self.code_firstlineno,
+        ];
+        for (i, w) in words.iter().enumerate() {
+            b[8 + 2 * i..10 + 2 * i].copy_from_slice(&w.to_ne_bytes());
+        }
+        b[34] = self.frame_marker.map_or(0, |(_, value)| value);
+        b[35] = u8::from(self.instruction_is_pointer);
+        b
+    }
 }
 
 /// Why the profiler could not start or run.

@@ -39,9 +39,10 @@ const MAP_EXCLUDE_CGROUPS: &str = "exclude_cgroups";
 const MAP_REFUSED_PIDS: &str = "refused_pids";
 const MAP_OFF_CPU_WAITING: &str = "off_cpu_waiting";
 const MAP_OFF_CPU_MARKS: &str = "off_cpu_marks";
+const MAP_PYTHON_PROCS: &str = "python_procs";
 /// `off_cpu_marks`: one bit per thread id below 2^22 (PID_MAX_LIMIT on 64-bit).
 const OFF_CPU_MARK_WORDS: u32 = (1 << 22) / 64;
-/// Recorded threads off the CPU at once (`off_cpu_waiting`, ~2 KiB each, preallocated).
+/// Recorded threads off the CPU at once (`off_cpu_waiting`, ~3.6 KiB each, preallocated).
 pub(crate) const MAX_OFF_CPU_WAITING: u32 = 4096;
 
 // filter_config.flags
@@ -524,6 +525,28 @@ impl Profiler {
         };
         result.map_err(|e| BpfError::Map {
             map: MAP_REFUSED_PIDS,
+            message: format!("{e:#}"),
+        })
+    }
+
+    /// Tells the walker where process `pid`'s CPython keeps its threads and frames
+    /// (`Some`), so that its samples carry Python frames, or that it runs none (`None`).
+    pub fn set_python_process(
+        &self,
+        pid: u32,
+        python: Option<&crate::PythonProcess>,
+    ) -> Result<(), BpfError> {
+        let map = find_map(&self.object, MAP_PYTHON_PROCS)?;
+        let key = pid.to_ne_bytes();
+        let result = match python {
+            Some(p) => map.update(&key, &p.to_bytes(), MapFlags::ANY),
+            None => match map.delete(&key) {
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+                other => other,
+            },
+        };
+        result.map_err(|e| BpfError::Map {
+            map: MAP_PYTHON_PROCS,
             message: format!("{e:#}"),
         })
     }

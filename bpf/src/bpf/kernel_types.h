@@ -78,7 +78,14 @@ struct signal_struct {
 struct mm_struct;
 
 /* include/linux/sched.h */
+/* arch/x86/include/asm/processor.h: the user fs base, which glibc's pthread_self()
+ * is, and so CPython's PyThreadState.thread_id. */
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
+	struct thread_struct thread;
 	unsigned int flags; /* PF_* */
 	pid_t pid;  /* thread id */
 	pid_t tgid; /* process id */

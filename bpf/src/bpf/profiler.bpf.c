@@ -55,6 +55,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* A process's first samples come before user space has given its mappings: they carry a
  * copy of the top of the user stack (at most this), which user space unwinds once it has. */
 #define STACK_COPY_BYTES 8192
+/* Python frames recorded per sample, at most. */
+#define MAX_PYTHON_FRAMES 96
 
 enum event_kind {
 	EVENT_SAMPLE = 1,
@@ -88,14 +90,31 @@ struct sample_event {
 	u64 time_ns;       /* 32: bpf_ktime_get_ns, CLOCK_MONOTONIC */
 	char comm[COMM_LEN]; /* 40: NUL-padded */
 	u32 stack_bytes;   /* 56: bytes of the stack copy (SAMPLE_STACK_COPY), else 0 */
-	u32 reserved;      /* 60 */
+	u16 python_frames; /* 60: Python frames, two words each, after the user frames */
+	u16 python_end;    /* 62: enum python_end */
 	u64 off_cpu_ns;    /* 64: SAMPLE_OFF_CPU: time between switch-out and switch-in */
-	u64 frames[2 * MAX_FRAMES]; /* 72: kernel frames, then user frames */
+	/* 72: kernel frames, then user frames, then Python frames: the code object's
+	 * address, and its first line << 32 | the instruction position (u32), with
+	 * PYTHON_FRAME_ENTRY. */
+	u64 frames[2 * MAX_FRAMES + 2 * MAX_PYTHON_FRAMES];
 	/* After the frames present, with SAMPLE_STACK_COPY: the user pc, sp and fp, then
 	 * stack_bytes bytes of the user stack from sp. */
 	u8 tail[24 + STACK_COPY_BYTES];
 };
 #define SAMPLE_HEADER_LEN 72
+
+/* The second word of a Python frame: the frame has the version's entry mark (3.11
+ * is_entry, 3.12+ a shim owned by the C stack). Its first line is in bits 32-55. */
+#define PYTHON_FRAME_ENTRY (1ULL << 56)
+
+/* Why the Python walk of a sample ended (sample_event.python_end). */
+enum python_end {
+	PYTHON_NONE = 0,      /* not a Python process, or the walk was not tried */
+	PYTHON_COMPLETE = 1,  /* the first frame of the thread was reached */
+	PYTHON_NO_THREAD = 2, /* no thread state for this thread (not running Python) */
+	PYTHON_READ_FAULT = 3,/* the interpreter's memory could not be read */
+	PYTHON_DEPTH = 4,     /* MAX_PYTHON_FRAMES frames */
+};
 
 struct process_event {
 	u32 kind;         /*  0: EVENT_EXEC, EVENT_FORK or EVENT_EXIT */
@@ -341,10 +360,24 @@ struct walk {
 	u32 exact; /* pc is where the code was (leaf, or interrupted by a signal), not a return address */
 };
 
-/* Per CPU: the record being built (too big for the stack) and the walk. */
+/* The state of a Python walk: the thread-state search, then the frames. */
+struct python_state {
+	u64 fsbase; /* the thread's, which its thread state holds */
+	u64 interp; /* the interpreter whose threads are being looked at */
+	u64 tstate; /* the next thread state to look at; 0: the next interpreter's */
+	u64 found;
+	u64 frame;  /* the next frame to record */
+	u32 at;     /* index in frames[] of its first word */
+	u32 n;      /* Python frames recorded */
+	u32 end;    /* enum python_end */
+	u32 reserved;
+};
+
+/* Per CPU: the record being built (too big for the stack) and the walks. */
 struct scratch_space {
 	struct sample_event event;
 	struct walk walk;
+	struct python_state python;
 };
 
 /* scratch slots: CPU samples (a perf_event program) and off-CPU samples (a kprobe),
@@ -364,12 +397,12 @@ struct {
  * as it left (time_ns is then) without a stack copy. One map for all CPUs: a thread
  * often resumes on another CPU. Preallocated, as an update in the scheduler cannot wait
  * for memory: user space sizes it at load (one entry while off-CPU is off), about
- * 2 KiB per thread waiting at once. LRU: when full, the longest-waiting recorded thread
+ * 3.6 KiB per thread waiting at once (with room for Python frames). LRU: when full, the longest-waiting recorded thread
  * makes room and its wait goes unreported; a thread that exits while waiting is
  * removed by on_exit.
  */
 #define MAX_OFF_CPU_WAITING 4096
-#define OFF_CPU_RECORD_LEN (SAMPLE_HEADER_LEN + 2 * MAX_FRAMES * 8)
+#define OFF_CPU_RECORD_LEN (SAMPLE_HEADER_LEN + (2 * MAX_FRAMES + 2 * MAX_PYTHON_FRAMES) * 8)
 
 struct off_cpu_record {
 	u8 bytes[OFF_CPU_RECORD_LEN]; /* the start of a struct sample_event */
@@ -397,6 +430,50 @@ struct {
 	__type(key, u32);
 	__type(value, u64);
 } off_cpu_marks SEC(".maps");
+
+/*
+ * CPython: where a process's interpreter keeps its threads and frames, given by user
+ * space when it finds libpython or a python executable in the process (offsets per
+ * version; see the receiver's python module). Read memory is the process's own, so
+ * every read may fail and every loop is bounded.
+ */
+#define PYTHON_NO_OFFSET 0xffff
+
+struct python_proc {
+	u64 runtime;           /*  0: address of _PyRuntime */
+	u16 interp_head;       /*  8: _PyRuntime.interpreters.head */
+	u16 interp_next;       /* 10: PyInterpreterState.next */
+	u16 interp_threads;    /* 12: PyInterpreterState threads.head */
+	u16 thread_next;       /* 14: PyThreadState.next */
+	u16 thread_id;         /* 16: PyThreadState.thread_id (pthread_self = fs base) */
+	u16 thread_frame;      /* 18: the current frame, or cframe (3.11/3.12) */
+	u16 cframe_frame;      /* 20: _PyCFrame.current_frame, or PYTHON_NO_OFFSET */
+	u16 frame_code;        /* 22 */
+	u16 frame_back;        /* 24 */
+	u16 frame_instruction; /* 26: int f_lasti, or the instruction pointer */
+	u16 frame_marker;      /* 28: the entry mark's byte, or PYTHON_NO_OFFSET */
+	u16 code_bytecode;     /* 30: where bytecode starts in a code object (3.11+) */
+	u16 code_firstlineno;  /* 32 */
+	u8 marker_value;       /* 34 */
+	u8 instruction_is_pointer; /* 35 */
+	u32 reserved;          /* 36 */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32); /* tgid */
+	__type(value, struct python_proc);
+} python_procs SEC(".maps");
+
+/* Thread id -> its PyThreadState, found by a walk of the thread list and checked
+ * again at each use. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, u64);
+} python_threads SEC(".maps");
 
 static __always_inline void count_stat(u32 slot)
 {
@@ -830,6 +907,157 @@ static __always_inline bool wanted(u32 tgid)
 	return true;
 }
 
+/* A word of the process's memory at addr; 0 when it cannot be read. */
+static __always_inline u64 read_user_u64(u64 addr)
+{
+	u64 value = 0;
+
+	if (bpf_probe_read_user(&value, sizeof(value), (void *)addr))
+		return 0;
+	return value;
+}
+
+#define MAX_PYTHON_THREAD_STEPS 1024
+
+/* What the Python loops hand their steps: the process's record and the scratch space,
+ * which holds the state that changes (read back from a map, its values are unknown to
+ * the verifier, so that its states converge instead of one per count). */
+struct python_loop {
+	struct python_proc *py;
+	struct scratch_space *s;
+};
+
+/* One thread state of the walk over every interpreter's threads. */
+static long python_thread_step(u32 index, struct python_loop *loop)
+{
+	struct python_proc *py = loop->py;
+	struct python_state *q = &loop->s->python;
+
+	if (q->tstate == 0) {
+		if (q->interp == 0)
+			return 1;
+		q->interp = read_user_u64(q->interp + py->interp_next);
+		if (q->interp == 0)
+			return 1;
+		q->tstate = read_user_u64(q->interp + py->interp_threads);
+		return 0;
+	}
+	if (read_user_u64(q->tstate + py->thread_id) == q->fsbase) {
+		q->found = q->tstate;
+		return 1;
+	}
+	q->tstate = read_user_u64(q->tstate + py->thread_next);
+	return 0;
+}
+
+#define FRAME_WORDS (2 * MAX_FRAMES + 2 * MAX_PYTHON_FRAMES)
+
+/* Records one Python frame: its code object, first line, position and entry mark. */
+static long python_frame_step(u32 index, struct python_loop *loop)
+{
+	struct python_proc *py = loop->py;
+	struct python_state *w = &loop->s->python;
+	struct sample_event *e = &loop->s->event;
+	u64 frame = w->frame, code = 0, instruction = 0, word;
+	u32 first_line = 0, at = w->at;
+	s32 position = 0;
+	u8 mark = 0;
+
+	if (frame == 0) {
+		w->end = PYTHON_COMPLETE;
+		return 1;
+	}
+	if (w->n >= MAX_PYTHON_FRAMES || at >= FRAME_WORDS - 1) {
+		w->end = PYTHON_DEPTH;
+		return 1;
+	}
+	if (bpf_probe_read_user(&code, sizeof(code), (void *)(frame + py->frame_code))) {
+		w->end = PYTHON_READ_FAULT;
+		return 1;
+	}
+	if (py->instruction_is_pointer) {
+		instruction = read_user_u64(frame + py->frame_instruction);
+		/* In code units from the start of the bytecode; -1 before the first. */
+		position = (s32)(((s64)(instruction - code) - (s64)py->code_bytecode) >> 1);
+	} else {
+		bpf_probe_read_user(&position, sizeof(position),
+				    (void *)(frame + py->frame_instruction));
+	}
+	if (py->frame_marker != PYTHON_NO_OFFSET)
+		bpf_probe_read_user(&mark, sizeof(mark), (void *)(frame + py->frame_marker));
+	/* Unreadable (a shim's Py_None has none): user space finds it does not match. */
+	bpf_probe_read_user(&first_line, sizeof(first_line),
+			    (void *)(code + py->code_firstlineno));
+	word = ((u64)(first_line & 0xffffff) << 32) | (u32)position;
+	if (mark == py->marker_value && py->frame_marker != PYTHON_NO_OFFSET)
+		word |= PYTHON_FRAME_ENTRY;
+	e->frames[at] = code;
+	e->frames[at + 1] = word;
+	w->at = at + 2;
+	w->n++;
+	w->frame = read_user_u64(frame + py->frame_back);
+	return 0;
+}
+
+/*
+ * The current thread's Python frames, leaf first, into s->event.frames[at...], if its
+ * process runs CPython and the thread has a thread state; returns how many.
+ *
+ * The thread state is found by the thread's fs base, which is what CPython keeps as its
+ * thread_id (pthread_self), in the interpreters' thread lists. Not through the GIL
+ * holder or the thread-local current state: a thread that released the GIL (in zlib,
+ * a sleep, I/O) has neither, and its Python frames are just as much its stack.
+ *
+ * A global function, verified once on its own: inlined into both samplers, the
+ * verifier's paths multiplied past its limit. So s may be NULL as far as it knows.
+ */
+__attribute__((noinline)) int python_stack(struct scratch_space *s, u32 tgid, u32 at)
+{
+	struct python_proc *py = bpf_map_lookup_elem(&python_procs, &tgid);
+	struct python_loop loop;
+	struct python_state *q;
+	struct task_struct *task;
+	u64 *cached, tstate = 0, fsbase, frame;
+	u32 tid;
+
+	if (!s || !py)
+		return 0;
+	q = &s->python;
+	tid = s->event.tid;
+	task = bpf_get_current_task_btf();
+	fsbase = BPF_CORE_READ(task, thread.fsbase);
+	s->event.python_end = PYTHON_NO_THREAD;
+	if (fsbase == 0)
+		return 0;
+	loop.py = py;
+	loop.s = s;
+	cached = bpf_map_lookup_elem(&python_threads, &tid);
+	if (cached && *cached && read_user_u64(*cached + py->thread_id) == fsbase)
+		tstate = *cached;
+	if (!tstate) {
+		q->fsbase = fsbase;
+		q->found = 0;
+		q->interp = read_user_u64(py->runtime + py->interp_head);
+		q->tstate = q->interp ? read_user_u64(q->interp + py->interp_threads) : 0;
+		bpf_loop(MAX_PYTHON_THREAD_STEPS, python_thread_step, &loop, 0);
+		tstate = q->found;
+		if (!tstate)
+			return 0;
+		bpf_map_update_elem(&python_threads, &tid, &tstate, BPF_ANY);
+	}
+	frame = read_user_u64(tstate + py->thread_frame);
+	if (frame && py->cframe_frame != PYTHON_NO_OFFSET)
+		frame = read_user_u64(frame + py->cframe_frame);
+	q->frame = frame;
+	q->at = at;
+	q->n = 0;
+	q->end = PYTHON_DEPTH;
+	bpf_loop(MAX_PYTHON_FRAMES + 1, python_frame_step, &loop, 0);
+	s->event.python_end = q->end;
+	s->event.python_frames = q->n;
+	return q->n;
+}
+
 /*
  * Builds the sample record of the current task in s->event (kernel stack from ctx, user
  * stack walked, and where `copies` a stack copy for user space to walk if the walk
@@ -841,13 +1069,14 @@ static __always_inline u64 build_sample(void *ctx, struct scratch_space *s, u64 
 	struct sample_event *e = &s->event;
 	u32 tgid = pid_tgid >> 32;
 	long kernel_bytes;
-	u32 nk, nu;
+	u32 nk, nu, np = 0;
 	u64 len;
 
 	e->kind = EVENT_SAMPLE;
 	e->flags = 0;
 	e->stack_bytes = 0;
-	e->reserved = 0;
+	e->python_frames = 0;
+	e->python_end = PYTHON_NONE;
 	e->off_cpu_ns = 0;
 	e->pid = tgid;
 	e->tid = (u32)pid_tgid;
@@ -873,8 +1102,12 @@ static __always_inline u64 build_sample(void *ctx, struct scratch_space *s, u64 
 	nk &= 0x7f;
 	e->kernel_frames = nk;
 	e->user_frames = nu;
+	/* The stack copy lies where Python frames would: a sample that needs one (its
+	 * process not known yet) goes without them. */
+	if (!(e->flags & SAMPLE_STACK_COPY))
+		np = python_stack(s, tgid, nk + nu);
 
-	len = SAMPLE_HEADER_LEN + (nk + nu) * sizeof(u64);
+	len = SAMPLE_HEADER_LEN + (nk + nu + 2 * (np & 0x7f)) * sizeof(u64);
 	if (e->flags & SAMPLE_STACK_COPY)
 		len += 24 + (e->stack_bytes & (2 * STACK_COPY_BYTES - 1));
 	return len;
@@ -1070,7 +1303,8 @@ static __always_inline void off_cpu_return(struct task_struct *next)
 	e->off_cpu_ns = now - e->time_ns;
 	e->time_ns = now;
 	e->cpu = bpf_get_smp_processor_id();
-	len = SAMPLE_HEADER_LEN + ((u64)(e->kernel_frames & 0xff) + (e->user_frames & 0xff)) * 8;
+	len = SAMPLE_HEADER_LEN + ((u64)(e->kernel_frames & 0xff) + (e->user_frames & 0xff) +
+				   2 * (e->python_frames & 0x7f)) * 8;
 	barrier_var(len);
 	if (len > OFF_CPU_RECORD_LEN)
 		len = OFF_CPU_RECORD_LEN;

@@ -14,6 +14,8 @@ pub mod semconv {
     pub const PROCESS_PID: &str = "process.pid";
     pub const PROCESS_EXECUTABLE_NAME: &str = "process.executable.name";
     pub const PROCESS_EXECUTABLE_PATH: &str = "process.executable.path";
+    pub const PROCESS_RUNTIME_NAME: &str = "process.runtime.name";
+    pub const PROCESS_RUNTIME_VERSION: &str = "process.runtime.version";
     pub const BUILD_ID_GNU: &str = "process.executable.build_id.gnu";
     pub const BUILD_ID_GO: &str = "process.executable.build_id.go";
     pub const BUILD_ID_HTLHASH: &str = "process.executable.build_id.htlhash";

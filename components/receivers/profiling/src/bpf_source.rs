@@ -101,6 +101,7 @@ impl SampleSource for BpfSource {
                         },
                         stack_copy: s.stack_copy,
                         off_cpu_ns: s.off_cpu_ns.map(|ns| scale_off_cpu_nanos(ns, p)),
+                        python_stack: s.python_stack,
                     }),
                     Event::Exec { pid, filename } => {
                         SourceEvent::Process(ProcessEvent::Exec { pid, filename })
@@ -175,6 +176,16 @@ impl UnwindMaps for BpfSource {
     fn remove_process(&mut self, pid: u32) -> Result<(), String> {
         self.profiler
             .remove_process_mappings(pid)
+            .map_err(|e| e.to_string())
+    }
+
+    fn set_python(
+        &mut self,
+        pid: u32,
+        python: Option<&profcol_bpf::PythonProcess>,
+    ) -> Result<(), String> {
+        self.profiler
+            .set_python_process(pid, python)
             .map_err(|e| e.to_string())
     }
 }

@@ -128,8 +128,9 @@ pub struct Config {
     /// (0–1; 0: off, the default). Recorded times are divided by it, so totals estimate
     /// all the time off the CPU.
     pub off_cpu_threshold: f64,
-    /// Per interpreter (`python`, `hotspot`, ...): `disabled`. profcol has no interpreter
-    /// unwinders yet (Python comes with issue 16): accepted, and a warning says so.
+    /// Per interpreter (`python`, `hotspot`, ...): `disabled`. profcol walks CPython's
+    /// frames (3.8–3.13) unless `python: {disabled: true}`; the others are accepted, and a
+    /// warning says that their code shows as the interpreter's native frames.
     #[serde(deserialize_with = "interpreter_map")]
     pub interpreters: BTreeMap<String, InterpreterConfig>,
     /// A user-stack walk that failed (a stack it could not read, a frame that cannot be,
@@ -387,12 +388,14 @@ impl Config {
         let wanted: Vec<&str> = self
             .interpreters
             .iter()
-            .filter(|(name, i)| !i.disabled && !GO_SYMBOLIZATION.contains(&name.as_str()))
+            .filter(|(name, i)| {
+                !i.disabled && !GO_SYMBOLIZATION.contains(&name.as_str()) && *name != "python"
+            })
             .map(|(name, _)| name.as_str())
             .collect();
         if !wanted.is_empty() {
             out.push(format!(
-                "interpreters: profcol does not unwind {} yet (Python comes with issue 16): their code shows as the interpreter's own native frames",
+                "interpreters: profcol does not unwind {} yet: their code shows as the interpreter's own native frames",
                 wanted.join(", ")
             ));
         }

@@ -403,6 +403,49 @@ impl ElfFile {
         file_offset_to_vaddr(&self.program_headers, offset)
     }
 
+    /// `len` bytes stored in the file at virtual address `vaddr` (within one `PT_LOAD`
+    /// segment's file bytes).
+    pub fn read_vaddr(&self, vaddr: u64, len: u64) -> Result<Vec<u8>, ElfError> {
+        let segment = self
+            .program_headers
+            .iter()
+            .filter(|p| p.p_type == PT_LOAD)
+            .find(|p| vaddr >= p.vaddr && vaddr - p.vaddr < p.filesz)
+            .ok_or(ElfError::Malformed("address outside the file's segments"))?;
+        if vaddr - segment.vaddr + len > segment.filesz {
+            return Err(ElfError::Malformed("range runs past its segment"));
+        }
+        self.data
+            .read_at(segment.offset + (vaddr - segment.vaddr), len)
+    }
+
+    /// The defined symbols of `.dynsym` named in `names` (value, size), by name. The
+    /// table is read in one piece, within [`MAX_SECTION_SIZE`].
+    pub fn dynamic_symbols(&self, names: &[&str]) -> Result<Vec<(String, u64, u64)>, ElfError> {
+        let Some(symtab) = self.section(".dynsym") else {
+            return Ok(Vec::new());
+        };
+        let strtab = self
+            .section(".dynstr")
+            .ok_or(ElfError::Malformed(".dynsym without .dynstr"))?;
+        let (symbols, strings) = (self.section_data(symtab)?, self.section_data(strtab)?);
+        let mut found = Vec::new();
+        for entry in symbols.chunks_exact(24) {
+            let (name_at, shndx) = (u32_at(entry, 0) as usize, u16_at(entry, 6));
+            if shndx == 0 {
+                continue;
+            }
+            let Some(tail) = strings.get(name_at..) else {
+                continue;
+            };
+            let name = &tail[..tail.iter().position(|&b| b == 0).unwrap_or(tail.len())];
+            if let Some(wanted) = names.iter().find(|n| n.as_bytes() == name) {
+                found.push(((*wanted).to_owned(), u64_at(entry, 8), u64_at(entry, 16)));
+            }
+        }
+        Ok(found)
+    }
+
     /// The file offset that a virtual address is loaded from.
     pub fn vaddr_to_file_offset(&self, vaddr: u64) -> Option<u64> {
         self.program_headers

@@ -19,6 +19,7 @@ pub mod elf;
 pub mod gopclntab;
 pub mod model;
 pub mod process;
+pub mod python;
 pub mod receiver;
 pub mod safe_file;
 pub mod schedule;
@@ -75,6 +76,9 @@ pub struct RawSample {
     /// An off-CPU sample: the nanoseconds the thread was off the CPU, already divided by
     /// the share of switches recorded (so that totals are unbiased). `None`: a CPU sample.
     pub off_cpu_ns: Option<u64>,
+    /// Python frames of the thread, innermost first, where its process runs CPython:
+    /// they take the place of the interpreter's native evaluator frames.
+    pub python_stack: Vec<profcol_bpf::PythonFrame>,
 }
 
 /// A process lifecycle event from the sampler (pids are thread-group ids).
@@ -236,6 +240,8 @@ pub struct Engine {
     /// exit), and the changes not yet handed to it.
     refused: HashSet<u32>,
     refusals: Vec<(u32, bool)>,
+    /// Code objects of the Python processes sampled.
+    python_codes: python::CodeCache,
 }
 
 /// Samples with stack copies held at most (8 KiB each); more are added with the
@@ -288,8 +294,13 @@ impl Engine {
             period_nanos: config.period_nanos(),
             kernel_build_id: read_kernel_build_id(&env.kernel_notes),
         };
+        let python_off = config
+            .interpreters
+            .get("python")
+            .is_some_and(|python| python.disabled);
         let unwinder =
-            unwind::Unwinder::new(config.unwind_tables_max_memory_mib as usize * (1 << 20));
+            unwind::Unwinder::new(config.unwind_tables_max_memory_mib as usize * (1 << 20))
+                .with_python(!python_off);
         let probabilistic = schedule::Probabilistic::new(
             config.probabilistic_interval,
             config.probabilistic_threshold,
@@ -304,6 +315,7 @@ impl Engine {
             boot_unix_nano,
             refused: HashSet::new(),
             refusals: Vec::new(),
+            python_codes: python::CodeCache::default(),
             config,
             env,
             table,
@@ -353,6 +365,7 @@ impl Engine {
         }
         if let ProcessEvent::Exec { pid, .. } | ProcessEvent::Exit { pid } = event {
             self.unwinder.forget(pid);
+            self.python_codes.forget(pid);
             // The kernel side clears its mark at exec and exit by itself; clearing it
             // again after an exec undoes a mark sent for the old image after that exec.
             if self.refused.remove(&pid) && matches!(event, ProcessEvent::Exec { .. }) {
@@ -540,15 +553,56 @@ impl Engine {
         if sample.kernel_truncated || sample.kernel_stack.len() > max {
             frames.push(Frame::Truncated);
         }
+        let mut user_frames = Vec::with_capacity(user.len());
+        let mut is_eval = Vec::with_capacity(user.len());
         for (i, &addr) in user.iter().enumerate() {
             let addr = user_address(i, addr);
-            frames.push(match image_process.find_mapping(addr) {
+            let mapping = image_process.find_mapping(addr);
+            is_eval.push(mapping.is_some_and(|m| {
+                m.file
+                    .as_ref()
+                    .and_then(|f| f.python.as_ref())
+                    .is_some_and(|python| {
+                        python.is_eval(m.file_offset(addr).wrapping_add(python.text_delta))
+                    })
+            }));
+            user_frames.push(match mapping {
                 Some(m) => Frame::User {
                     mapping: self.builder.mapping(image, m),
                     address: m.file_offset(addr),
                 },
                 None => Frame::Unmapped { addr },
             });
+        }
+        let interpreter = image_process.mappings.iter().find_map(|m| {
+            let python = m.file.as_ref()?.python.as_ref()?;
+            Some((python.clone(), python.bias(m.start, m.offset)))
+        });
+        match interpreter.filter(|_| !sample.python_stack.is_empty()) {
+            Some((python, bias)) => {
+                let merged = python::merge::merge(
+                    user_frames.len(),
+                    |i| is_eval[i],
+                    &sample.python_stack,
+                    python.offsets.entry_marker,
+                );
+                for frame in merged.into_iter().take(max) {
+                    frames.push(match frame {
+                        python::merge::Merged::Native(i) => user_frames[i],
+                        python::merge::Merged::Python(i) => {
+                            let py = &sample.python_stack[i];
+                            let code =
+                                self.python_codes
+                                    .resolve(&self.env.procfs, pid, &python, bias, py);
+                            Frame::Python {
+                                line: code.line(py.position),
+                                code: self.builder.python_code(&code),
+                            }
+                        }
+                    });
+                }
+            }
+            None => frames.extend(user_frames),
         }
         let failed = sample.unwind.end.filter(|end| is_unwind_error(*end));
         if sample.user_stack.len() > max {

@@ -23,6 +23,7 @@ use profcol_core::pdata::{
 };
 
 use crate::process::{Mapping, MappingKind, Process};
+use crate::python::code::CodeInfo;
 use crate::symbolize::{FrameType, Symbolized, TRUNCATED_FRAME};
 
 /// Attribute names not in `profcol_core::pdata::semconv`.
@@ -60,6 +61,9 @@ pub enum Frame {
     Truncated,
     /// The user-stack walk failed here, for this reason (`send_error_frames`).
     UnwindError { end: profcol_bpf::UnwindEnd },
+    /// A CPython frame: the code object ([`ProfileBuilder::python_code`]) and the line
+    /// it was running.
+    Python { code: u32, line: u32 },
 }
 
 /// The function name of an [`Frame::UnwindError`] location.
@@ -75,16 +79,24 @@ pub struct ResourceInfo {
     pub executable_path: Option<String>,
     pub container_id: Option<String>,
     pub env: Vec<(String, String)>,
+    /// `process.runtime.name` and `.version`: the language runtime the process runs
+    /// (CPython, found in its mappings).
+    pub runtime: Option<(String, String)>,
 }
 
 impl ResourceInfo {
     pub fn of(p: &Process) -> Self {
+        let runtime = p.mappings.iter().find_map(|m| {
+            let python = m.file.as_ref()?.python.as_ref()?;
+            Some(("cpython".to_owned(), python.version()))
+        });
         ResourceInfo {
             pid: p.pid,
             executable_name: p.executable_name().map(str::to_owned),
             executable_path: p.exe_path.clone(),
             container_id: p.container_id.clone(),
             env: p.env.clone(),
+            runtime,
         }
     }
 }
@@ -156,6 +168,9 @@ pub struct ProfileBuilder {
     samples: Vec<SampleEvents>,
     sample_index: HashMap<SampleKey, usize>,
     events: usize,
+    python_codes: Vec<Arc<CodeInfo>>,
+    /// By the code's address in memory: one entry per code object the cache holds.
+    python_code_index: HashMap<usize, u32>,
 }
 
 impl ProfileBuilder {
@@ -188,6 +203,18 @@ impl ProfileBuilder {
         self.resources.push(info.clone());
         self.resource_index.insert(info, id);
         id
+    }
+
+    /// The index of a Python code object, for [`Frame::Python`].
+    pub fn python_code(&mut self, code: &Arc<CodeInfo>) -> u32 {
+        let key = Arc::as_ptr(code) as usize;
+        if let Some(&i) = self.python_code_index.get(&key) {
+            return i;
+        }
+        let i = self.python_codes.len() as u32;
+        self.python_codes.push(code.clone());
+        self.python_code_index.insert(key, i);
+        i
     }
 
     pub fn mapping(&mut self, pid: u32, mapping: &Arc<Mapping>) -> MappingId {
@@ -467,6 +494,16 @@ fn resource_attributes(info: &ResourceInfo, meta: &BatchMeta) -> Vec<KeyValue> {
     if let Some(host) = &meta.host_name {
         attrs.push(kv(attr::HOST_NAME, Value::StringValue(host.clone())));
     }
+    if let Some((name, version)) = &info.runtime {
+        attrs.push(kv(
+            semconv::PROCESS_RUNTIME_NAME,
+            Value::StringValue(name.clone()),
+        ));
+        attrs.push(kv(
+            semconv::PROCESS_RUNTIME_VERSION,
+            Value::StringValue(version.clone()),
+        ));
+    }
     for (name, value) in &info.env {
         attrs.push(kv(
             &format!("process.environment_variable.{name}"),
@@ -583,6 +620,27 @@ impl Output<'_> {
             ),
             // As the OTel profiler marks an error: an abort-marker frame whose address is
             // the error's code; the name says it in words.
+            Frame::Python { code, line } => {
+                let info = self.builder.python_codes[code as usize].clone();
+                let name = self.dict.string(&info.name);
+                let file = self.dict.string(&info.filename);
+                let function = self.dict.function(Function {
+                    name_strindex: name,
+                    system_name_strindex: 0,
+                    filename_strindex: file,
+                    start_line: i64::from(info.first_line),
+                });
+                (
+                    0,
+                    0,
+                    vec![Line {
+                        function_index: function,
+                        line: i64::from(line),
+                        column: 0,
+                    }],
+                    vec![self.frame_type(FrameType::CPython)],
+                )
+            }
             Frame::UnwindError { end } => (
                 0,
                 profcol_bpf::UnwindEnd::ALL
@@ -714,6 +772,7 @@ mod tests {
                     dev: Some(0x801),
                     inode: start,
                 }),
+                python: None,
                 rejected: None,
             })),
         })
@@ -777,6 +836,7 @@ mod tests {
             executable_path: Some("/app/server".into()),
             container_id: Some("c".repeat(64)),
             env: Vec::new(),
+            runtime: None,
         });
         let other = b.resource(ResourceInfo {
             pid: 43,
@@ -784,6 +844,7 @@ mod tests {
             executable_path: Some("/usr/bin/bash".into()),
             container_id: None,
             env: Vec::new(),
+            runtime: None,
         });
         let go = b.mapping(42, &mapping(0x400000, true));
         let libc = b.mapping(42, &mapping(0x7f0000000000, false));
@@ -1017,6 +1078,7 @@ mod tests {
             executable_path: None,
             container_id: None,
             env: Vec::new(),
+            runtime: None,
         }
     }
 

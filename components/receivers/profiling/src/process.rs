@@ -274,6 +274,9 @@ pub struct ExecutableFile {
     /// The device and inode of the file that was read: symbolization reads a file only
     /// when it is this one.
     pub identity: Option<Identity>,
+    /// The CPython interpreter in it, when it is `libpython3.X` or `python3.X` and the
+    /// profiler can walk its frames.
+    pub python: Option<Arc<crate::python::Interpreter>>,
     /// Why the file was refused when it looked made to mislead (a link, FIFO or device
     /// at its path, another inode than the one mapped, malformed ELF): it is not read
     /// again, not symbolized and not offered for upload.
@@ -288,7 +291,13 @@ impl ExecutableFile {
     /// Reads the ids of the first of `locations` that opens, checked
     /// ([`VerifiedFile::open`]; `mapped` is the device and inode `/proc/<pid>/maps`
     /// gives). Headers and notes are read from that one open file, within its size.
-    pub fn read(key: FileKey, locations: &[FileLocation], mapped: Option<Identity>) -> Self {
+    /// `name` is the path it is mapped at, which says whether it may be CPython.
+    pub fn read(
+        key: FileKey,
+        name: &str,
+        locations: &[FileLocation],
+        mapped: Option<Identity>,
+    ) -> Self {
         let mut file = ExecutableFile {
             key,
             readable: false,
@@ -297,6 +306,7 @@ impl ExecutableFile {
             build_id_go: None,
             is_go: false,
             identity: None,
+            python: None,
             rejected: None,
         };
         for location in locations {
@@ -323,6 +333,12 @@ impl ExecutableFile {
                     file.build_id_gnu = gnu;
                     file.build_id_go = go;
                     file.is_go = elf.gopclntab().is_some();
+                    if crate::python::minor_from_name(name).is_some() {
+                        match crate::python::detect(name, &elf) {
+                            Ok(found) => file.python = found.map(Arc::new),
+                            Err(e) => tracing::info!(file = name, "no Python frames: {e}"),
+                        }
+                    }
                 }
                 Err(e) if e.is_malformed() => {
                     file.rejected = Some(format!("{}: {e}", location.path().display()));
@@ -499,13 +515,14 @@ impl FileCache {
     pub fn get_or_read(
         &mut self,
         key: FileKey,
+        name: &str,
         locations: &[FileLocation],
         mapped: Option<Identity>,
     ) -> Arc<ExecutableFile> {
         if let Some(f) = self.files.get(&key).filter(|f| f.readable) {
             return f.clone();
         }
-        let file = Arc::new(ExecutableFile::read(key.clone(), locations, mapped));
+        let file = Arc::new(ExecutableFile::read(key.clone(), name, locations, mapped));
         if let Some(reason) = &file.rejected {
             self.counters.files_rejected.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(reason = %reason, "mapped file refused");
@@ -921,7 +938,9 @@ impl ProcessTable {
                     dev: Some(makedev(e.dev_major, e.dev_minor)),
                     inode: e.inode,
                 });
-                let file = self.files.get_or_read(key, &locations, mapped);
+                let file = self
+                    .files
+                    .get_or_read(key, &mapping.path, &locations, mapped);
                 record_host_executable(&file, &locations);
                 mapping.file = Some(file);
             }
@@ -1218,15 +1237,16 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         let mut cache = FileCache::default();
         let key = FileKey::Inode { dev: 1, inode: 2 };
         let host = |p: &Path| [FileLocation::Host(p.to_path_buf())];
-        let missing = cache.get_or_read(key.clone(), &host(Path::new("/nonexistent/x")), None);
+        let missing = cache.get_or_read(key.clone(), "", &host(Path::new("/nonexistent/x")), None);
         assert!(!missing.readable && !missing.is_elf);
         let exe = std::env::current_exe().expect("exe");
-        let found = cache.get_or_read(key.clone(), &host(&exe), None);
+        let found = cache.get_or_read(key.clone(), "", &host(&exe), None);
         assert!(found.readable && found.is_elf && found.rejected.is_none());
-        let again = cache.get_or_read(key, &host(Path::new("/nonexistent/x")), None);
+        let again = cache.get_or_read(key, "", &host(Path::new("/nonexistent/x")), None);
         assert!(Arc::ptr_eq(&found, &again), "cached");
         let not_elf = ExecutableFile::read(
             FileKey::Path("/proc/self/status".into()),
+            "status",
             &host(Path::new("/proc/self/status")),
             None,
         );
@@ -1277,11 +1297,11 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
                 inode: i as u64,
             };
             let mapped = (inode != 0).then_some(Identity { dev: None, inode });
-            let f = cache.get_or_read(key.clone(), &[FileLocation::Host(path)], mapped);
+            let f = cache.get_or_read(key.clone(), "", &[FileLocation::Host(path)], mapped);
             assert!(f.rejected.is_some(), "{name} refused");
             assert!(f.build_id_gnu.is_none() && !f.is_go, "{name}");
             // Not read (nor counted) again.
-            let again = cache.get_or_read(key, &[], None);
+            let again = cache.get_or_read(key, "", &[], None);
             assert!(Arc::ptr_eq(&f, &again));
         }
         assert_eq!(counters.files_rejected.load(Ordering::Relaxed), 4);

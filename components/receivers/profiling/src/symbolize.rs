@@ -76,6 +76,8 @@ pub enum FrameType {
     Kernel,
     Native,
     Go,
+    /// A CPython frame (the OTel eBPF profiler's name).
+    CPython,
     /// The `[truncated]` pseudo frame (the OTel eBPF profiler's value for stacks whose
     /// unwinding stopped early).
     AbortMarker,
@@ -87,6 +89,7 @@ impl FrameType {
             FrameType::Kernel => "kernel",
             FrameType::Native => "native",
             FrameType::Go => "go",
+            FrameType::CPython => "cpython",
             FrameType::AbortMarker => "abort-marker",
         }
     }
@@ -824,6 +827,7 @@ mod tests {
             build_id_go: None,
             is_go: false,
             identity: None,
+            python: None,
             rejected: None,
         }));
         assert_eq!(s.symbolize_files(vec![other]), vec![vec![None]]);
@@ -842,6 +846,7 @@ mod tests {
                 build_id_go: None,
                 is_go: false,
                 identity: None,
+                python: None,
                 rejected: None,
             })),
             locations: vec![FileLocation::Host("/nonexistent/binary".into())],
@@ -1095,6 +1100,7 @@ mod tests {
         let location = FileLocation::Host(copy.clone());
         let file = Arc::new(ExecutableFile::read(
             key,
+            "",
             std::slice::from_ref(&location),
             None,
         ));
@@ -1140,6 +1146,7 @@ mod tests {
         let location = FileLocation::Host(app.clone());
         let file = Arc::new(ExecutableFile::read(
             FileKey::Path(app.display().to_string()),
+            "",
             std::slice::from_ref(&location),
             None,
         ));

@@ -73,6 +73,7 @@ fn sample(pid: u32, t: u64, user: Vec<u64>) -> RawSample {
         unwind: Default::default(),
         stack_copy: None,
         off_cpu_ns: None,
+        python_stack: Vec::new(),
     }
 }
 

@@ -59,6 +59,8 @@ struct Given {
     maps_version: u64,
     /// Tables of its files are still being built: it is given again when they are.
     waiting: bool,
+    /// Where its CPython keeps its frames, as given.
+    python: Option<profcol_bpf::PythonProcess>,
 }
 
 /// Why a process is due to be given (again).
@@ -86,6 +88,8 @@ pub struct Unwinder {
     held: HashMap<u32, Instant>,
     process_loads: u64,
     errors: u64,
+    /// Whether processes running CPython get their Python frames walked.
+    python: bool,
 }
 
 impl Unwinder {
@@ -101,7 +105,15 @@ impl Unwinder {
             held: HashMap::new(),
             process_loads: 0,
             errors: 0,
+            python: true,
         }
+    }
+
+    /// Whether CPython's frames are walked (`interpreters: {python: {disabled: true}}`
+    /// turns it off).
+    pub fn with_python(mut self, on: bool) -> Self {
+        self.python = on;
+        self
     }
 
     pub fn stats(&self) -> UnwinderStats {
@@ -170,6 +182,9 @@ impl Unwinder {
         }
         for pid in std::mem::take(&mut self.removed) {
             if let Err(e) = maps.remove_process(pid) {
+                self.error(&e);
+            }
+            if let Err(e) = maps.set_python(pid, None) {
                 self.error(&e);
             }
         }
@@ -242,6 +257,11 @@ impl Unwinder {
             }
             let procfs = table.procfs().clone();
             let maps_version = process.maps_version;
+            let python = if self.python && process.allowed {
+                python_record(process)
+            } else {
+                None
+            };
             let (mappings, keys, waiting) = if process.allowed {
                 self.mappings_of(process, &procfs)
             } else {
@@ -274,6 +294,12 @@ impl Unwinder {
             self.process_loads += 1;
             match maps.set_process(pid, &mappings) {
                 Ok(()) => {
+                    let given_python = self.given.get(&pid).and_then(|g| g.python);
+                    if python != given_python
+                        && let Err(e) = maps.set_python(pid, python.as_ref())
+                    {
+                        self.error(&e);
+                    }
                     self.given.insert(
                         pid,
                         Given {
@@ -282,6 +308,7 @@ impl Unwinder {
                             loaded_at: Instant::now(),
                             maps_version,
                             waiting,
+                            python,
                         },
                     );
                 }
@@ -445,5 +472,14 @@ fn opener(m: &Mapping, procfs: &crate::process::ProcFs, pid: u32) -> super::cach
                 .and_then(|f| ElfFile::from_file(f, size).ok());
         }
         None
+    })
+}
+
+/// Where the process's CPython keeps its frames: from its first executable mapping of a
+/// file that holds an interpreter.
+fn python_record(process: &crate::process::Process) -> Option<profcol_bpf::PythonProcess> {
+    process.mappings.iter().find_map(|m| {
+        let interpreter = m.file.as_ref()?.python.as_ref()?;
+        Some(interpreter.walker_record(interpreter.bias(m.start, m.offset)))
     })
 }

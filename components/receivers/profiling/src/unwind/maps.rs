@@ -16,4 +16,12 @@ pub trait UnwindMaps {
     fn remove_process(&mut self, pid: u32) -> Result<(), String>;
     /// Row `index` of the table in `slot`, encoded, as loaded.
     fn read_row(&mut self, slot: u32, index: u32) -> Option<[u8; super::row::ROW_SIZE]>;
+    /// Where `pid`'s CPython keeps its frames (`Some`), or that it runs none.
+    fn set_python(
+        &mut self,
+        _pid: u32,
+        _python: Option<&profcol_bpf::PythonProcess>,
+    ) -> Result<(), String> {
+        Ok(())
+    }
 }

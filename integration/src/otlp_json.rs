@@ -13,6 +13,10 @@ pub struct Resolved {
     pub frames: Vec<String>,
     /// `profile.frame.type` per frame, parallel to `frames` where known.
     pub frame_types: Vec<String>,
+    /// The file name and line of each frame, parallel to `frames` ("" and 0 where none).
+    pub lines: Vec<(String, i64)>,
+    /// The sample's own attributes (`thread.id`, `thread.name`, ...), rendered.
+    pub attributes: HashMap<String, String>,
     /// Observations: timestamp count, or the sum of values.
     pub count: u64,
     /// The sample's timestamps (Unix ns).
@@ -59,19 +63,29 @@ pub fn read_samples(path: &Path) -> Vec<Resolved> {
         let locations = arr(&d["locationTable"]);
         let stacks = arr(&d["stackTable"]);
         let attributes = arr(&d["attributeTable"]);
-        let frame = |li: usize| -> (Vec<String>, String) {
+        type Frames = (Vec<String>, String, Vec<(String, i64)>);
+        let frame = |li: usize| -> Frames {
             let Some(loc) = locations.get(li) else {
-                return (vec![], String::new());
+                return (vec![], String::new(), vec![]);
             };
-            let names: Vec<String> = loc["lines"]
-                .as_array()
-                .unwrap_or(&empty)
+            let lines = loc["lines"].as_array().unwrap_or(&empty);
+            let names: Vec<String> = lines
                 .iter()
                 .map(|l| {
                     functions
                         .get(idx(&l["functionIndex"]))
                         .map(|f| s(idx(&f["nameStrindex"])))
                         .unwrap_or_default()
+                })
+                .collect();
+            let places: Vec<(String, i64)> = lines
+                .iter()
+                .map(|l| {
+                    let file = functions
+                        .get(idx(&l["functionIndex"]))
+                        .map(|f| s(idx(&f["filenameStrindex"])))
+                        .unwrap_or_default();
+                    (file, idx(&l["line"]) as i64)
                 })
                 .collect();
             let kind = loc["attributeIndices"]
@@ -87,9 +101,13 @@ pub fn read_samples(path: &Path) -> Vec<Resolved> {
                     .as_str()
                     .and_then(|a| a.parse::<u64>().ok())
                     .unwrap_or(0);
-                (vec![format!("{address:#x}")], kind)
+                (
+                    vec![format!("{address:#x}")],
+                    kind,
+                    vec![(String::new(), 0)],
+                )
             } else {
-                (names, kind)
+                (names, kind, places)
             }
         };
         for rp in arr(&doc["resourceProfiles"]) {
@@ -108,15 +126,24 @@ pub fn read_samples(path: &Path) -> Vec<Resolved> {
                     for smp in arr(&p["samples"]) {
                         let mut frames = Vec::new();
                         let mut frame_types = Vec::new();
+                        let mut lines = Vec::new();
                         if let Some(st) = stacks.get(idx(&smp["stackIndex"])) {
                             for li in st["locationIndices"].as_array().unwrap_or(&empty) {
-                                let (names, kind) = frame(idx(li));
+                                let (names, kind, places) = frame(idx(li));
                                 for n in names {
                                     frames.push(n);
                                     frame_types.push(kind.clone());
                                 }
+                                lines.extend(places);
                             }
                         }
+                        let attributes = smp["attributeIndices"]
+                            .as_array()
+                            .unwrap_or(&empty)
+                            .iter()
+                            .filter_map(|a| attributes.get(idx(a)))
+                            .map(|kv| (s(idx(&kv["keyStrindex"])), any_value(&kv["value"])))
+                            .collect();
                         let count = match smp["values"].as_array() {
                             Some(v) if !v.is_empty() => v.iter().map(idx).sum::<usize>() as u64,
                             _ => smp["timestampsUnixNano"].as_array().map_or(0, Vec::len) as u64,
@@ -131,6 +158,8 @@ pub fn read_samples(path: &Path) -> Vec<Resolved> {
                             resource: resource.clone(),
                             frames,
                             frame_types,
+                            lines,
+                            attributes,
                             count,
                             timestamps,
                             sample_type: sample_type.clone(),

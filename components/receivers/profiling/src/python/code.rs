@@ -14,8 +14,9 @@ pub trait Memory {
 pub struct ProcessMemory(std::fs::File);
 
 impl ProcessMemory {
-    pub fn open(procfs: &crate::process::ProcFs, pid: u32) -> std::io::Result<Self> {
-        std::fs::File::open(procfs.pid_path(pid, "mem")).map(ProcessMemory)
+    /// `path` is the process's `mem` file (`/proc/<pid>/mem`).
+    pub fn open(path: &std::path::Path) -> std::io::Result<Self> {
+        std::fs::File::open(path).map(ProcessMemory)
     }
 }
 
@@ -218,7 +219,7 @@ pub fn line_at(format: LineTable, table: &[u8], first_line: u32, position: i32) 
                 if address > position {
                     break;
                 }
-                line += i64::from(pair[1] as i8);
+                line = line.saturating_add(i64::from(pair[1] as i8));
             }
             Some(line)
         }
@@ -232,7 +233,7 @@ pub fn line_at(format: LineTable, table: &[u8], first_line: u32, position: i32) 
                 end += i64::from(pair[0]);
                 let delta = pair[1] as i8;
                 if delta != -128 {
-                    line += i64::from(delta);
+                    line = line.saturating_add(i64::from(delta));
                 }
                 if start <= target && target < end {
                     found = Some((delta != -128).then_some(line));
@@ -282,18 +283,18 @@ fn locations_line(table: &[u8], mut line: i64, position: i64) -> Option<i64> {
         let has_line = match code {
             15 => false,
             14 => {
-                line += svarint(&mut at)?;
+                line = line.saturating_add(svarint(&mut at)?);
                 for _ in 0..3 {
                     varint(&mut at)?;
                 }
                 true
             }
             13 => {
-                line += svarint(&mut at)?;
+                line = line.saturating_add(svarint(&mut at)?);
                 true
             }
             10..=12 => {
-                line += i64::from(code) - 10;
+                line = line.saturating_add(i64::from(code) - 10);
                 at += 2;
                 true
             }
@@ -302,6 +303,7 @@ fn locations_line(table: &[u8], mut line: i64, position: i64) -> Option<i64> {
                 true
             }
         };
+        // A table that claims a line past any file's is read as one, not overflowed.
         if address <= position && position < address + length {
             return has_line.then_some(line);
         }

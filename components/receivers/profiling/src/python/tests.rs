@@ -2,6 +2,7 @@ use super::code::{Memory, ProcessMemory, line_at, read_code};
 use super::merge::{Merged, PyFrame, groups, merge};
 use super::offsets::{LineTable, for_minor};
 use super::*;
+use crate::elf::ElfFile;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -314,7 +315,8 @@ fn code_objects_of_a_live_process_are_read_with_names_files_and_lines() {
             .map(|w| w.parse().unwrap())
             .collect();
         let memory =
-            ProcessMemory::open(&crate::process::ProcFs::default(), child.id()).expect("mem");
+            ProcessMemory::open(&crate::process::ProcFs::default().pid_path(child.id(), "mem"))
+                .expect("mem");
         let code = read_code(&memory, &offsets, v[1], v[0], v[2] as u32);
         drop(child.stdin.take());
         let _ = child.wait();

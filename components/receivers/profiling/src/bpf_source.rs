@@ -102,6 +102,7 @@ impl SampleSource for BpfSource {
                         stack_copy: s.stack_copy,
                         off_cpu_ns: s.off_cpu_ns.map(|ns| scale_off_cpu_nanos(ns, p)),
                         python_stack: s.python_stack,
+                        python_end: s.python_end,
                     }),
                     Event::Exec { pid, filename } => {
                         SourceEvent::Process(ProcessEvent::Exec { pid, filename })

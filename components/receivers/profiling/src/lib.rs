@@ -79,6 +79,9 @@ pub struct RawSample {
     /// Python frames of the thread, innermost first, where its process runs CPython:
     /// they take the place of the interpreter's native evaluator frames.
     pub python_stack: Vec<profcol_bpf::PythonFrame>,
+    /// Why the sampler's Python walk ended (`Depth`: the outermost Python frames are
+    /// missing).
+    pub python_end: profcol_bpf::PythonEnd,
 }
 
 /// A process lifecycle event from the sampler (pids are thread-group ids).
@@ -217,6 +220,12 @@ pub struct Stats {
     pub samples_probabilistic_dropped: u64,
     /// Samples of processes younger than `filter_min_process_age`, dropped.
     pub samples_young_dropped: u64,
+    /// Samples of CPython processes by why their Python walk ended: complete, no thread
+    /// state, a read that failed, the depth limit.
+    pub python_walks: [u64; 4],
+    /// Code objects read from Python processes, and reads that failed.
+    pub python_codes_read: u64,
+    pub python_codes_failed: u64,
 }
 
 /// Turns samples and process events into batches. See the crate docs.
@@ -430,6 +439,16 @@ impl Engine {
     /// drops it if the filter refuses the process, and turns its addresses into frames.
     pub fn on_sample(&mut self, sample: RawSample) {
         self.stats.samples_received += 1;
+        let walk = match sample.python_end {
+            profcol_bpf::PythonEnd::None => None,
+            profcol_bpf::PythonEnd::Complete => Some(0),
+            profcol_bpf::PythonEnd::NoThread => Some(1),
+            profcol_bpf::PythonEnd::ReadFault => Some(2),
+            profcol_bpf::PythonEnd::Depth => Some(3),
+        };
+        if let Some(i) = walk {
+            self.stats.python_walks[i] += 1;
+        }
         let now = self.env.clock.now_unix_nano();
         let pid = sample.pid;
         if !self.probabilistic.is_on(now, self.random.as_mut()) {
@@ -578,6 +597,8 @@ impl Engine {
             let python = m.file.as_ref()?.python.as_ref()?;
             Some((python.clone(), python.bias(m.start, m.offset)))
         });
+        // A stack cut by the sampler or by max_stack_depth ends with a [truncated] frame.
+        let mut cut = sample.user_stack.len() > max;
         match interpreter.filter(|_| !sample.python_stack.is_empty()) {
             Some((python, bias)) => {
                 let merged = python::merge::merge(
@@ -586,6 +607,7 @@ impl Engine {
                     &sample.python_stack,
                     python.offsets.entry_marker,
                 );
+                cut |= merged.len() > max || sample.python_end == profcol_bpf::PythonEnd::Depth;
                 for frame in merged.into_iter().take(max) {
                     frames.push(match frame {
                         python::merge::Merged::Native(i) => user_frames[i],
@@ -605,7 +627,7 @@ impl Engine {
             None => frames.extend(user_frames),
         }
         let failed = sample.unwind.end.filter(|end| is_unwind_error(*end));
-        if sample.user_stack.len() > max {
+        if cut {
             frames.push(Frame::Truncated);
         } else if let Some(end) = failed.filter(|_| self.config.send_error_frames) {
             // The OTel profiler's error frame: the walk could not go on, and why.
@@ -691,6 +713,8 @@ impl Engine {
             processes_tracked: self.table.len(),
             files_rejected: self.counters.files_rejected.load(Ordering::Relaxed),
             symbolizer_restarts: self.counters.symbolizer_restarts.load(Ordering::Relaxed),
+            python_codes_read: self.python_codes.reads,
+            python_codes_failed: self.python_codes.failures,
             ..self.stats
         }
     }

@@ -32,6 +32,8 @@ pub const PROCESS_EVENTS_LOST_METRIC: &str = "otelcol_receiver_profiling_process
 pub const FILES_REJECTED_METRIC: &str = "otelcol_receiver_profiling_files_rejected_total";
 pub const SYMBOLIZER_RESTARTS_METRIC: &str = "otelcol_receiver_profiling_symbolizer_restarts_total";
 pub const UNWIND_ENDS_METRIC: &str = "otelcol_receiver_profiling_unwind_ends_total";
+pub const PYTHON_WALKS_METRIC: &str = "otelcol_receiver_profiling_python_walks_total";
+pub const PYTHON_CODES_METRIC: &str = "otelcol_receiver_profiling_python_code_objects_read_total";
 pub const UNWIND_FRAMES_METRIC: &str = "otelcol_receiver_profiling_unwind_frames_total";
 pub const UNWIND_TABLES_METRIC: &str = "otelcol_receiver_profiling_unwind_tables";
 pub const UNWIND_TABLE_BYTES_METRIC: &str = "otelcol_receiver_profiling_unwind_table_bytes";
@@ -570,6 +572,38 @@ impl Loop {
                 &labels,
             )
             .add(now.symbolizer_restarts - reported.symbolizer_restarts);
+        for (i, end) in ["complete", "no_thread_state", "read_fault", "depth"]
+            .iter()
+            .enumerate()
+        {
+            self.telemetry
+                .counter(
+                    PYTHON_WALKS_METRIC,
+                    "Samples of CPython processes, by why their Python walk ended.",
+                    &[("receiver", self.id.as_str()), ("end", end)],
+                )
+                .add(now.python_walks[i] - reported.python_walks[i]);
+        }
+        for (result, now, before) in [
+            (
+                "ok",
+                now.python_codes_read - now.python_codes_failed,
+                reported.python_codes_read - reported.python_codes_failed,
+            ),
+            (
+                "failed",
+                now.python_codes_failed,
+                reported.python_codes_failed,
+            ),
+        ] {
+            self.telemetry
+                .counter(
+                    PYTHON_CODES_METRIC,
+                    "Code objects read from Python processes (once per process, address and first line).",
+                    &[("receiver", self.id.as_str()), ("result", result)],
+                )
+                .add(now - before);
+        }
         self.telemetry
             .gauge(PROCESSES_METRIC, "Processes tracked.", &labels)
             .set(i64::try_from(now.processes_tracked).unwrap_or(i64::MAX));

@@ -74,6 +74,7 @@ fn sample(pid: u32, t: u64, user: Vec<u64>) -> RawSample {
         stack_copy: None,
         off_cpu_ns: None,
         python_stack: Vec::new(),
+        python_end: Default::default(),
     }
 }
 

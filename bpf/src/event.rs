@@ -10,6 +10,10 @@ pub(crate) const MAX_FRAMES: usize = 127;
 pub(crate) const MAX_PYTHON_FRAMES: usize = 96;
 /// A Python frame's second word: the entry mark (`PYTHON_FRAME_ENTRY`).
 const PYTHON_FRAME_ENTRY: u64 = 1 << 56;
+/// Words per Python frame (`PYTHON_FRAME_WORDS`): code, position word, identity.
+const PYTHON_FRAME_WORDS: usize = 3;
+/// `FRAME_WORDS`: the frame slots of a record; a stack copy follows them all.
+const FRAME_WORDS: usize = 2 * MAX_FRAMES + PYTHON_FRAME_WORDS * MAX_PYTHON_FRAMES;
 
 pub(crate) const EVENT_SAMPLE: u32 = 1;
 pub(crate) const EVENT_EXEC: u32 = 2;
@@ -117,23 +121,27 @@ fn decode_sample(b: &[u8]) -> Result<Sample, DecodeError> {
         return Err(short);
     }
     let np = usize::from(u16_at(b, 60));
-    if np > MAX_PYTHON_FRAMES || b.len() < SAMPLE_HEADER_LEN + (nk + nu + 2 * np) * 8 {
+    let python_words = PYTHON_FRAME_WORDS * np;
+    if np > MAX_PYTHON_FRAMES || b.len() < SAMPLE_HEADER_LEN + (nk + nu + python_words) * 8 {
         return Err(short);
     }
     let frame = |i: usize| u64_at(b, SAMPLE_HEADER_LEN + i * 8);
     let python_stack = (0..np)
         .map(|i| {
-            let (code, word) = (frame(nk + nu + 2 * i), frame(nk + nu + 2 * i + 1));
+            let at = nk + nu + PYTHON_FRAME_WORDS * i;
+            let word = frame(at + 1);
             PythonFrame {
-                code,
+                code: frame(at),
                 position: word as u32 as i32,
                 first_line: ((word >> 32) & 0xff_ffff) as u32,
                 entry: word & PYTHON_FRAME_ENTRY != 0,
+                identity: frame(at + 2),
             }
         })
         .collect();
     let stack_copy = if flags & SAMPLE_STACK_COPY != 0 {
-        let at = SAMPLE_HEADER_LEN + (nk + nu + 2 * np) * 8;
+        // After every frame slot, used or not.
+        let at = SAMPLE_HEADER_LEN + FRAME_WORDS * 8;
         let len = u32_at(b, 56) as usize;
         if len > STACK_COPY_BYTES || b.len() < at + 24 + len {
             return Err(short);
@@ -203,8 +211,10 @@ mod tests {
         for word in [
             0x7f00_0010u64,
             (12 << 32) | 0xffff_ffff,
+            99,
             0x7f00_0020,
             (7 << 32) | 3 | PYTHON_FRAME_ENTRY,
+            0,
         ] {
             b.extend_from_slice(&word.to_ne_bytes());
         }
@@ -220,13 +230,15 @@ mod tests {
                     code: 0x7f00_0010,
                     position: -1,
                     first_line: 12,
-                    entry: false
+                    entry: false,
+                    identity: 99,
                 },
                 PythonFrame {
                     code: 0x7f00_0020,
                     position: 3,
                     first_line: 7,
-                    entry: true
+                    entry: true,
+                    identity: 0,
                 },
             ]
         );
@@ -288,9 +300,11 @@ mod tests {
     }
 
     #[test]
-    fn decodes_a_stack_copy_after_the_frames_and_refuses_a_short_one() {
+    fn decodes_a_stack_copy_after_the_frame_slots_and_refuses_a_short_one() {
         let mut b = sample_bytes(&[9], &[1], SAMPLE_STACK_COPY | (2 << SAMPLE_END_SHIFT));
         b[56..60].copy_from_slice(&16u32.to_ne_bytes());
+        // The slots not used by the two frames.
+        b.resize(SAMPLE_HEADER_LEN + FRAME_WORDS * 8, 0);
         for v in [0x40_1000u64, 0x7ffe_0000, 0x7ffe_0040] {
             b.extend_from_slice(&v.to_ne_bytes());
         }

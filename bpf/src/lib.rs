@@ -233,6 +233,10 @@ pub struct PythonFrame {
     /// The frame carries its version's entry mark (3.11 `is_entry`, 3.12+ a C-stack
     /// shim frame).
     pub entry: bool,
+    /// The code object's identity as read with the frame: its `co_filename` and
+    /// `co_name` pointers, mixed as `filename ^ name * 0x9E3779B97F4A7C15` (wrapping); 0
+    /// when it could not be read.
+    pub identity: u64,
 }
 
 /// Why the Python walk of a sample ended (`enum python_end`).
@@ -295,15 +299,19 @@ pub struct PythonProcess {
     pub code_bytecode: u16,
     /// A code object's `co_firstlineno`.
     pub code_firstlineno: u16,
+    /// A code object's `co_filename`.
+    pub code_filename: u16,
+    /// A code object's `co_name`.
+    pub code_name: u16,
     /// The frame holds a pointer into the bytecode (3.11+), not an index.
     pub instruction_is_pointer: bool,
 }
 
 impl PythonProcess {
-    /// The record as `profiler.bpf.c` lays it out.
-    pub fn to_bytes(&self) -> [u8; 40] {
+    /// The record as `profiler.bpf.c` lays it out (`struct python_proc`).
+    pub fn to_bytes(&self) -> [u8; 48] {
         const NONE: u16 = 0xffff;
-        let mut b = [0u8; 40];
+        let mut b = [0u8; 48];
         b[..8].copy_from_slice(&self.runtime.to_ne_bytes());
         let words = [
             self.interp_head,
@@ -325,6 +333,35 @@ impl PythonProcess {
         }
         b[34] = self.frame_marker.map_or(0, |(_, value)| value);
         b[35] = u8::from(self.instruction_is_pointer);
+        // What the walker reads at once: the frame up to its last field used, and the
+        // code object from its first line to the end of its last field used.
+        let instruction = if self.instruction_is_pointer { 8 } else { 4 };
+        let frame_len = [
+            self.frame_code + 8,
+            self.frame_back + 8,
+            self.frame_instruction + instruction,
+            self.frame_marker.map_or(0, |(at, _)| at + 1),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        let code_start = self
+            .code_firstlineno
+            .min(self.code_filename)
+            .min(self.code_name);
+        let code_end = (self.code_firstlineno + 4)
+            .max(self.code_filename + 8)
+            .max(self.code_name + 8);
+        let tail = [
+            self.code_filename,
+            self.code_name,
+            frame_len,
+            code_start,
+            code_end - code_start,
+        ];
+        for (i, w) in tail.iter().enumerate() {
+            b[36 + 2 * i..38 + 2 * i].copy_from_slice(&w.to_ne_bytes());
+        }
         b
     }
 }

@@ -42,7 +42,7 @@ const MAP_OFF_CPU_MARKS: &str = "off_cpu_marks";
 const MAP_PYTHON_PROCS: &str = "python_procs";
 /// `off_cpu_marks`: one bit per thread id below 2^22 (PID_MAX_LIMIT on 64-bit).
 const OFF_CPU_MARK_WORDS: u32 = (1 << 22) / 64;
-/// Recorded threads off the CPU at once (`off_cpu_waiting`, ~3.6 KiB each, preallocated).
+/// Recorded threads off the CPU at once (`off_cpu_waiting`, ~4.3 KiB each, preallocated).
 pub(crate) const MAX_OFF_CPU_WAITING: u32 = 4096;
 
 // filter_config.flags

@@ -69,9 +69,17 @@ fuzz_target!(|data: &[u8]| {
             let first_line = memory
                 .get(usize::from(offsets.code_firstlineno)..usize::from(offsets.code_firstlineno) + 4)
                 .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])));
-            if let Ok(info) =
-                code::read_code(&Buffer(base, memory), &offsets, code_type, base, first_line)
-            {
+            let word = |at: u16| {
+                memory
+                    .get(usize::from(at)..usize::from(at) + 8)
+                    .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+            };
+            let sampled = code::Sampled {
+                addr: base,
+                first_line: first_line & 0xff_ffff,
+                identity: code::identity(word(offsets.code_filename), word(offsets.code_name)),
+            };
+            if let Ok(info) = code::read_code(&Buffer(base, memory), &offsets, code_type, sampled) {
                 assert!(info.filename.chars().count() <= code::MAX_STRING_BYTES);
                 assert!(info.name.chars().count() <= code::MAX_STRING_BYTES);
                 for position in [-1, 0, 1, 7, 1000, i32::MAX] {

@@ -312,9 +312,18 @@ fn a_short_python_process_is_named_and_disabling_python_keeps_the_evaluator() {
     let body = [line_of("chain_c"), line_of("chain_c_body")];
     let (good, total) = share(&main_samples, |s| shows(s, &[("chain_c", &body)]));
     eprintln!("{label}, 0.6 s: {good} of {total} main-thread samples in chain_c");
+    // A process's first samples come before its tables and carry a stack copy instead
+    // of Python frames (a fifth of this one's here, more on a loaded machine); those
+    // that have Python frames show them right.
+    let with_python: Vec<&Resolved> = main_samples
+        .iter()
+        .copied()
+        .filter(|s| s.frame_types.iter().any(|k| k == "cpython"))
+        .collect();
+    let (right, walked) = share(&with_python, |s| shows(s, &[("chain_c", &body)]));
     assert!(
-        total > 0 && good as f64 >= total as f64 * 0.8,
-        "{label}:\n{}",
+        good >= 5 && good as f64 >= total as f64 * 0.5 && right as f64 >= walked as f64 * 0.95,
+        "{label}: {good} of {total} in chain_c, {right} of {walked} with Python frames:\n{}",
         describe(&main_samples)
     );
     assert!(collector.stop().success());

@@ -57,6 +57,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define STACK_COPY_BYTES 8192
 /* Python frames recorded per sample, at most. */
 #define MAX_PYTHON_FRAMES 96
+/* Words of sample_event.frames: both stacks, then the Python frames, three words each. */
+#define FRAME_WORDS (2 * MAX_FRAMES + 3 * MAX_PYTHON_FRAMES)
 
 enum event_kind {
 	EVENT_SAMPLE = 1,
@@ -90,29 +92,31 @@ struct sample_event {
 	u64 time_ns;       /* 32: bpf_ktime_get_ns, CLOCK_MONOTONIC */
 	char comm[COMM_LEN]; /* 40: NUL-padded */
 	u32 stack_bytes;   /* 56: bytes of the stack copy (SAMPLE_STACK_COPY), else 0 */
-	u16 python_frames; /* 60: Python frames, two words each, after the user frames */
+	u16 python_frames; /* 60: Python frames, three words each, after the user frames */
 	u16 python_end;    /* 62: enum python_end */
 	u64 off_cpu_ns;    /* 64: SAMPLE_OFF_CPU: time between switch-out and switch-in */
-	/* 72: kernel frames, then user frames, then Python frames: the code object's
-	 * address, and its first line << 32 | the instruction position (u32), with
-	 * PYTHON_FRAME_ENTRY. */
-	u64 frames[2 * MAX_FRAMES + 2 * MAX_PYTHON_FRAMES];
-	/* After the frames present, with SAMPLE_STACK_COPY: the user pc, sp and fp, then
-	 * stack_bytes bytes of the user stack from sp. */
+	/* 72: kernel frames, then user frames, then Python frames (PYTHON_FRAME_WORDS) */
+	u64 frames[FRAME_WORDS];
+	/* After every frame slot (used or not), with SAMPLE_STACK_COPY: the user pc, sp
+	 * and fp, then stack_bytes bytes of the user stack from sp. */
 	u8 tail[24 + STACK_COPY_BYTES];
 };
 #define SAMPLE_HEADER_LEN 72
 
-/* The second word of a Python frame: the frame has the version's entry mark (3.11
- * is_entry, 3.12+ a shim owned by the C stack). Its first line is in bits 32-55. */
+/* A Python frame is three words: the code object's address; its first line << 32 | the
+ * instruction position (u32), with PYTHON_FRAME_ENTRY when the frame has the version's
+ * entry mark (3.11 is_entry, 3.12+ a shim owned by the C stack); and the code object's
+ * identity, from its file name and name objects (python_identity). */
 #define PYTHON_FRAME_ENTRY (1ULL << 56)
+#define PYTHON_FRAME_WORDS 3
 
 /* Why the Python walk of a sample ended (sample_event.python_end). */
 enum python_end {
 	PYTHON_NONE = 0,      /* not a Python process, or the walk was not tried */
 	PYTHON_COMPLETE = 1,  /* the first frame of the thread was reached */
-	PYTHON_NO_THREAD = 2, /* no thread state for this thread (not running Python) */
-	PYTHON_READ_FAULT = 3,/* the interpreter's memory could not be read */
+	PYTHON_NO_THREAD = 2, /* no thread state for this thread found (it runs no Python,
+			       * or the thread list could not be read) */
+	PYTHON_READ_FAULT = 3,/* a frame or code object could not be read */
 	PYTHON_DEPTH = 4,     /* MAX_PYTHON_FRAMES frames */
 };
 
@@ -358,7 +362,13 @@ struct walk {
 	u32 end;   /* enum unwind_end */
 	u32 flags; /* SAMPLE_UNKNOWN_MAPPING, SAMPLE_MISSING_TABLE */
 	u32 exact; /* pc is where the code was (leaf, or interrupted by a signal), not a return address */
+	u32 copy;  /* the sample should carry a stack copy, for user space to walk again */
 };
+
+/* The most bytes of a frame and of a code object read at once: the fields a walk needs
+ * lie within (PyFrameObject's f_lasti at 104 is the furthest). */
+#define PYTHON_FRAME_READ_MAX 128
+#define PYTHON_CODE_READ_MAX 128
 
 /* The state of a Python walk: the thread-state search, then the frames. */
 struct python_state {
@@ -371,6 +381,8 @@ struct python_state {
 	u32 n;      /* Python frames recorded */
 	u32 end;    /* enum python_end */
 	u32 reserved;
+	u8 frame_bytes[PYTHON_FRAME_READ_MAX]; /* the frame being recorded */
+	u8 code_bytes[PYTHON_CODE_READ_MAX];   /* a part of its code object */
 };
 
 /* Per CPU: the record being built (too big for the stack) and the walks. */
@@ -397,12 +409,12 @@ struct {
  * as it left (time_ns is then) without a stack copy. One map for all CPUs: a thread
  * often resumes on another CPU. Preallocated, as an update in the scheduler cannot wait
  * for memory: user space sizes it at load (one entry while off-CPU is off), about
- * 3.6 KiB per thread waiting at once (with room for Python frames). LRU: when full, the longest-waiting recorded thread
- * makes room and its wait goes unreported; a thread that exits while waiting is
- * removed by on_exit.
+ * 4.3 KiB per thread waiting at once (with room for Python frames). LRU: when full,
+ * the longest-waiting recorded thread makes room and its wait goes unreported; a
+ * thread that exits while waiting is removed by on_exit.
  */
 #define MAX_OFF_CPU_WAITING 4096
-#define OFF_CPU_RECORD_LEN (SAMPLE_HEADER_LEN + (2 * MAX_FRAMES + 2 * MAX_PYTHON_FRAMES) * 8)
+#define OFF_CPU_RECORD_LEN (SAMPLE_HEADER_LEN + (2 * MAX_FRAMES + 3 * MAX_PYTHON_FRAMES) * 8)
 
 struct off_cpu_record {
 	u8 bytes[OFF_CPU_RECORD_LEN]; /* the start of a struct sample_event */
@@ -456,7 +468,12 @@ struct python_proc {
 	u16 code_firstlineno;  /* 32 */
 	u8 marker_value;       /* 34 */
 	u8 instruction_is_pointer; /* 35 */
-	u32 reserved;          /* 36 */
+	u16 code_filename;     /* 36: co_filename */
+	u16 code_name;         /* 38: co_name */
+	u16 frame_read_len;    /* 40: bytes of a frame read at once (its fields all inside) */
+	u16 code_read_start;   /* 42: the start of a code object's part read at once */
+	u16 code_read_len;     /* 44: its bytes (first line, file name and name inside) */
+	u16 reserved;          /* 46 */
 };
 
 struct {
@@ -736,7 +753,7 @@ static long unwind_frame(u32 index, struct frame_loop *loop)
  * the top of the stack), placed after the `at` frames present, for user space to unwind
  * once it has the tables and mappings. At most MAX_STACK_COPIES per process image.
  */
-static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *regs, u32 at)
+static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *regs)
 {
 	u32 tgid = e->pid, one = 1, *copies;
 	u64 *out;
@@ -744,8 +761,6 @@ static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *r
 	u64 sp;
 	u32 size = STACK_COPY_BYTES;
 
-	if (at > 2 * MAX_FRAMES)
-		return;
 	copies = bpf_map_lookup_elem(&stack_copies, &tgid);
 	if (copies && *copies >= MAX_STACK_COPIES) {
 		if (*copies >= MAX_STACK_COPIES_IDLE ||
@@ -757,7 +772,7 @@ static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *r
 		__sync_fetch_and_add(copies, 1);
 	else
 		bpf_map_update_elem(&stack_copies, &tgid, &one, BPF_ANY);
-	out = &e->frames[0] + at;
+	out = (u64 *)e->tail;
 	out[0] = BPF_CORE_READ(regs, ip);
 	out[1] = sp = BPF_CORE_READ(regs, sp);
 	out[2] = BPF_CORE_READ(regs, bp);
@@ -787,9 +802,9 @@ static __always_inline void copy_stack(struct sample_event *e, struct pt_regs *r
 	}
 }
 
-/* Walks the user stack of the current task into e->frames[first...]; returns the frames. */
-static __always_inline u32 user_stack(void *ctx, struct scratch_space *s, u32 tgid, u32 first,
-				      bool copies)
+/* Walks the user stack of the current task into e->frames[first...]; returns the frames.
+ * Sets s->walk.copy where the walk should be done again by user space from a copy. */
+static __always_inline u32 user_stack(void *ctx, struct scratch_space *s, u32 tgid, u32 first)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct sample_event *e = &s->event;
@@ -832,8 +847,7 @@ static __always_inline u32 user_stack(void *ctx, struct scratch_space *s, u32 tg
 			n = MAX_FRAMES;
 			e->flags |= SAMPLE_USER_TRUNCATED;
 		}
-		if (copies)
-			copy_stack(e, regs, first + n);
+		w->copy = 1;
 		return n;
 	}
 	w->pc = BPF_CORE_READ(regs, ip);
@@ -861,8 +875,8 @@ static __always_inline u32 user_stack(void *ctx, struct scratch_space *s, u32 tg
 	/* A library mapped since user space read the maps (the dynamic loader at start,
 	 * dlopen): the walk stopped there, so the sample carries a copy to be walked
 	 * again once user space has given the new mappings. */
-	if (copies && (w->flags & SAMPLE_UNKNOWN_MAPPING))
-		copy_stack(e, regs, first + n);
+	if (w->flags & SAMPLE_UNKNOWN_MAPPING)
+		w->copy = 1;
 	return n;
 }
 
@@ -950,53 +964,94 @@ static long python_thread_step(u32 index, struct python_loop *loop)
 	return 0;
 }
 
-#define FRAME_WORDS (2 * MAX_FRAMES + 2 * MAX_PYTHON_FRAMES)
+/* A field of `size` bytes at `offset` of a block read into `bytes` (`len` read): 0 when
+ * it lies outside what was read. */
+static __always_inline u64 field_at(u8 *bytes, u32 len, u32 offset, u32 size)
+{
+	u64 value = 0;
 
-/* Records one Python frame: its code object, first line, position and entry mark. */
+	if (offset > PYTHON_FRAME_READ_MAX - 8 || offset + size > len)
+		return 0;
+	if (size == 8)
+		value = *(u64 *)(bytes + offset);
+	else if (size == 4)
+		value = *(u32 *)(bytes + offset);
+	else
+		value = *(u8 *)(bytes + offset);
+	return value;
+}
+
+/*
+ * Records one Python frame: its code object, first line, position, entry mark and the
+ * code object's identity. Two reads of the process's memory: the frame (every field the
+ * walk needs lies within its first frame_read_len bytes) and the part of the code
+ * object that holds its first line, file name and name.
+ */
 static long python_frame_step(u32 index, struct python_loop *loop)
 {
 	struct python_proc *py = loop->py;
 	struct python_state *w = &loop->s->python;
 	struct sample_event *e = &loop->s->event;
-	u64 frame = w->frame, code = 0, instruction = 0, word;
-	u32 first_line = 0, at = w->at;
-	s32 position = 0;
-	u8 mark = 0;
+	u32 frame_len = py->frame_read_len, code_len = py->code_read_len, at = w->at;
+	u64 frame = w->frame, code, word, identity, filename, name;
+	u32 first_line, code_start = py->code_read_start;
+	s32 position;
 
 	if (frame == 0) {
 		w->end = PYTHON_COMPLETE;
 		return 1;
 	}
-	if (w->n >= MAX_PYTHON_FRAMES || at >= FRAME_WORDS - 1) {
+	if (w->n >= MAX_PYTHON_FRAMES || at >= FRAME_WORDS - 2) {
 		w->end = PYTHON_DEPTH;
 		return 1;
 	}
-	if (bpf_probe_read_user(&code, sizeof(code), (void *)(frame + py->frame_code))) {
+	if (frame_len == 0 || frame_len > PYTHON_FRAME_READ_MAX || code_len == 0 ||
+	    code_len > PYTHON_CODE_READ_MAX ||
+	    bpf_probe_read_user(w->frame_bytes, frame_len, (void *)frame)) {
 		w->end = PYTHON_READ_FAULT;
 		return 1;
 	}
+	code = field_at(w->frame_bytes, frame_len, py->frame_code, 8);
 	if (py->instruction_is_pointer) {
-		instruction = read_user_u64(frame + py->frame_instruction);
 		/* In code units from the start of the bytecode; -1 before the first. */
+		u64 instruction = field_at(w->frame_bytes, frame_len, py->frame_instruction, 8);
+
 		position = (s32)(((s64)(instruction - code) - (s64)py->code_bytecode) >> 1);
 	} else {
-		bpf_probe_read_user(&position, sizeof(position),
-				    (void *)(frame + py->frame_instruction));
+		position = (s32)field_at(w->frame_bytes, frame_len, py->frame_instruction, 4);
 	}
-	if (py->frame_marker != PYTHON_NO_OFFSET)
-		bpf_probe_read_user(&mark, sizeof(mark), (void *)(frame + py->frame_marker));
-	/* Unreadable (a shim's Py_None has none): user space finds it does not match. */
-	bpf_probe_read_user(&first_line, sizeof(first_line),
-			    (void *)(code + py->code_firstlineno));
-	word = ((u64)(first_line & 0xffffff) << 32) | (u32)position;
-	if (mark == py->marker_value && py->frame_marker != PYTHON_NO_OFFSET)
+	word = (u32)position;
+	if (py->frame_marker != PYTHON_NO_OFFSET &&
+	    field_at(w->frame_bytes, frame_len, py->frame_marker, 1) == py->marker_value)
 		word |= PYTHON_FRAME_ENTRY;
+	/* A shim's code is Py_None (3.13), which has no such fields: user space finds that
+	 * its identity does not match and drops it with its group's mark. */
+	identity = 0;
+	if (bpf_probe_read_user(w->code_bytes, code_len, (void *)(code + code_start)) == 0) {
+		first_line = field_at(w->code_bytes, code_len, py->code_firstlineno - code_start, 4);
+		filename = field_at(w->code_bytes, code_len, py->code_filename - code_start, 8);
+		name = field_at(w->code_bytes, code_len, py->code_name - code_start, 8);
+		word |= (u64)(first_line & 0xffffff) << 32;
+		identity = filename ^ (name * 0x9E3779B97F4A7C15ULL);
+	}
 	e->frames[at] = code;
 	e->frames[at + 1] = word;
-	w->at = at + 2;
+	e->frames[at + 2] = identity;
+	w->at = at + PYTHON_FRAME_WORDS;
 	w->n++;
-	w->frame = read_user_u64(frame + py->frame_back);
+	frame = field_at(w->frame_bytes, frame_len, py->frame_back, 8);
+	w->frame = frame;
 	return 0;
+}
+
+/* The thread state's current frame (through _PyCFrame on 3.11/3.12); 0 for none. */
+static __always_inline u64 python_first_frame(struct python_proc *py, u64 tstate)
+{
+	u64 frame = read_user_u64(tstate + py->thread_frame);
+
+	if (frame && py->cframe_frame != PYTHON_NO_OFFSET)
+		frame = read_user_u64(frame + py->cframe_frame);
+	return frame;
 }
 
 /*
@@ -1034,6 +1089,10 @@ __attribute__((noinline)) int python_stack(struct scratch_space *s, u32 tgid, u3
 	cached = bpf_map_lookup_elem(&python_threads, &tid);
 	if (cached && *cached && read_user_u64(*cached + py->thread_id) == fsbase)
 		tstate = *cached;
+	/* A cached state that has no frame may have been freed and the thread given
+	 * another (PyGILState_Ensure after a Release): looked for again. */
+	if (tstate && python_first_frame(py, tstate) == 0)
+		tstate = 0;
 	if (!tstate) {
 		q->fsbase = fsbase;
 		q->found = 0;
@@ -1045,9 +1104,7 @@ __attribute__((noinline)) int python_stack(struct scratch_space *s, u32 tgid, u3
 			return 0;
 		bpf_map_update_elem(&python_threads, &tid, &tstate, BPF_ANY);
 	}
-	frame = read_user_u64(tstate + py->thread_frame);
-	if (frame && py->cframe_frame != PYTHON_NO_OFFSET)
-		frame = read_user_u64(frame + py->cframe_frame);
+	frame = python_first_frame(py, tstate);
 	q->frame = frame;
 	q->at = at;
 	q->n = 0;
@@ -1095,21 +1152,27 @@ static __always_inline u64 build_sample(void *ctx, struct scratch_space *s, u64 
 		e->flags |= SAMPLE_KERNEL_TRUNCATED;
 
 	/* User stack right after the kernel frames. */
-	nu = user_stack(ctx, s, tgid, nk, copies);
+	s->walk.copy = 0;
+	nu = user_stack(ctx, s, tgid, nk);
 	e->flags |= (s->walk.end & 0xf) << SAMPLE_END_SHIFT;
 	count_stat(s->walk.end & 0xf);
 
 	nk &= 0x7f;
 	e->kernel_frames = nk;
 	e->user_frames = nu;
-	/* The stack copy lies where Python frames would: a sample that needs one (its
-	 * process not known yet) goes without them. */
-	if (!(e->flags & SAMPLE_STACK_COPY))
-		np = python_stack(s, tgid, nk + nu);
+	/* Python frames after the user frames, then any stack copy. */
+	np = python_stack(s, tgid, nk + nu);
+	if (np > MAX_PYTHON_FRAMES) /* it never is; the verifier must know it */
+		np = MAX_PYTHON_FRAMES;
+	if (copies && s->walk.copy)
+		copy_stack(e, (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf()));
 
-	len = SAMPLE_HEADER_LEN + (nk + nu + 2 * (np & 0x7f)) * sizeof(u64);
+	len = SAMPLE_HEADER_LEN + (nk + nu + 3 * np) * sizeof(u64);
+	/* The copy lies after every frame slot, used or not: at a fixed place, which the
+	 * verifier can bound (copies are a process's first samples only). */
 	if (e->flags & SAMPLE_STACK_COPY)
-		len += 24 + (e->stack_bytes & (2 * STACK_COPY_BYTES - 1));
+		len = SAMPLE_HEADER_LEN + FRAME_WORDS * sizeof(u64) + 24 +
+		      (e->stack_bytes & (2 * STACK_COPY_BYTES - 1));
 	return len;
 }
 
@@ -1185,6 +1248,7 @@ int BPF_PROG(on_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm 
 	bpf_map_delete_elem(&process_mappings, &ev.pid);
 	bpf_map_delete_elem(&stack_copies, &ev.pid);
 	bpf_map_delete_elem(&refused_pids, &ev.pid); /* judged again under its new name */
+	bpf_map_delete_elem(&python_procs, &ev.pid); /* the new image may run no Python */
 	filename = BPF_CORE_READ(bprm, filename);
 	n = bpf_probe_read_kernel_str(ev.filename, sizeof(ev.filename), filename);
 	ev.filename_len = n > 1 ? (u32)n - 1 : 0; /* n counts the NUL */
@@ -1226,6 +1290,7 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	bpf_map_delete_elem(&process_mappings, &tgid);
 	bpf_map_delete_elem(&stack_copies, &tgid);
 	bpf_map_delete_elem(&refused_pids, &tgid);
+	bpf_map_delete_elem(&python_procs, &tgid);
 	emit_process_event(EVENT_EXIT, tgid, 0);
 	return 0;
 }
@@ -1304,7 +1369,7 @@ static __always_inline void off_cpu_return(struct task_struct *next)
 	e->time_ns = now;
 	e->cpu = bpf_get_smp_processor_id();
 	len = SAMPLE_HEADER_LEN + ((u64)(e->kernel_frames & 0xff) + (e->user_frames & 0xff) +
-				   2 * (e->python_frames & 0x7f)) * 8;
+				   3 * (e->python_frames & 0x7f)) * 8;
 	barrier_var(len);
 	if (len > OFF_CPU_RECORD_LEN)
 		len = OFF_CPU_RECORD_LEN;

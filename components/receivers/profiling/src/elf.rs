@@ -412,11 +412,18 @@ impl ElfFile {
             .filter(|p| p.p_type == PT_LOAD)
             .find(|p| vaddr >= p.vaddr && vaddr - p.vaddr < p.filesz)
             .ok_or(ElfError::Malformed("address outside the file's segments"))?;
-        if vaddr - segment.vaddr + len > segment.filesz {
+        let within = vaddr - segment.vaddr;
+        if within
+            .checked_add(len)
+            .is_none_or(|end| end > segment.filesz)
+        {
             return Err(ElfError::Malformed("range runs past its segment"));
         }
-        self.data
-            .read_at(segment.offset + (vaddr - segment.vaddr), len)
+        let offset = segment
+            .offset
+            .checked_add(within)
+            .ok_or(ElfError::Malformed("segment offset overflows"))?;
+        self.data.read_at(offset, len)
     }
 
     /// The defined symbols of `.dynsym` named in `names` (value, size), by name. The
@@ -438,8 +445,12 @@ impl ElfFile {
             let Some(tail) = strings.get(name_at..) else {
                 continue;
             };
-            let name = &tail[..tail.iter().position(|&b| b == 0).unwrap_or(tail.len())];
-            if let Some(wanted) = names.iter().find(|n| n.as_bytes() == name) {
+            // Compared in place, not measured first: a string table with no NUL would
+            // make every symbol scan it to its end.
+            let is = |n: &str| {
+                tail.get(..n.len()) == Some(n.as_bytes()) && tail.get(n.len()) == Some(&0)
+            };
+            if let Some(wanted) = names.iter().find(|n| is(n)) {
                 found.push(((*wanted).to_owned(), u64_at(entry, 8), u64_at(entry, 16)));
             }
         }

@@ -607,7 +607,9 @@ impl Engine {
                     &sample.python_stack,
                     python.offsets.entry_marker,
                 );
-                cut |= merged.len() > max || sample.python_end == profcol_bpf::PythonEnd::Depth;
+                // A Python walk cut at its depth leaves the outermost evaluator frames
+                // native: the stack is whole, not cut.
+                cut |= merged.len() > max;
                 for frame in merged.into_iter().take(max) {
                     frames.push(match frame {
                         python::merge::Merged::Native(i) => user_frames[i],

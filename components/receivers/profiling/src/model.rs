@@ -618,8 +618,6 @@ impl Output<'_> {
                 vec![self.marker_line(TRUNCATED_FRAME)],
                 vec![self.frame_type(FrameType::AbortMarker)],
             ),
-            // As the OTel profiler marks an error: an abort-marker frame whose address is
-            // the error's code; the name says it in words.
             Frame::Python { code, line } => {
                 let info = self.builder.python_codes[code as usize].clone();
                 let name = self.dict.string(&info.name);
@@ -641,6 +639,8 @@ impl Output<'_> {
                     vec![self.frame_type(FrameType::CPython)],
                 )
             }
+            // As the OTel profiler marks an error: an abort-marker frame whose address is
+            // the error's code; the name says it in words.
             Frame::UnwindError { end } => (
                 0,
                 profcol_bpf::UnwindEnd::ALL

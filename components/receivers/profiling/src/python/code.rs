@@ -99,16 +99,32 @@ fn u32_at(b: &[u8], at: u16) -> u32 {
         .map_or(0, |s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
 }
 
-/// Reads the code object at `addr`. `code_type` is the process's `PyCode_Type` address;
-/// `first_line` what the walker saw there (a code object freed and another made at the
-/// same address since then is refused).
+/// The walker's identity of a code object whose `co_filename` and `co_name` objects are
+/// at `filename` and `name` (as `profiler.bpf.c` mixes them).
+pub fn identity(filename: u64, name: u64) -> u64 {
+    filename ^ name.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// A code object as the walker saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sampled {
+    pub addr: u64,
+    /// Its first line, the low 24 bits.
+    pub first_line: u32,
+    /// [`identity`] of its file name and name.
+    pub identity: u64,
+}
+
+/// Reads the code object the walker saw. `code_type` is the process's `PyCode_Type`
+/// address. A code object freed and another made at the same address since (another
+/// first line, file name or name) is refused.
 pub fn read_code(
     memory: &dyn Memory,
     offsets: &Offsets,
     code_type: u64,
-    addr: u64,
-    first_line: u32,
+    sampled: Sampled,
 ) -> Result<CodeInfo, CodeError> {
+    let addr = sampled.addr;
     let mut head = [0u8; 160];
     if !memory.read(addr, &mut head) {
         return Err(CodeError::Unreadable(addr));
@@ -116,8 +132,12 @@ pub fn read_code(
     if u64_at(&head, 8) != code_type {
         return Err(CodeError::NotCode(addr));
     }
-    let read_first_line = u32_at(&head, offsets.code_firstlineno);
-    if read_first_line != first_line {
+    let first_line = u32_at(&head, offsets.code_firstlineno);
+    let read_identity = identity(
+        u64_at(&head, offsets.code_filename),
+        u64_at(&head, offsets.code_name),
+    );
+    if first_line & 0xff_ffff != sampled.first_line || read_identity != sampled.identity {
         return Err(CodeError::Changed(addr));
     }
     let name_at = u64_at(&head, offsets.code_qualname.unwrap_or(offsets.code_name));

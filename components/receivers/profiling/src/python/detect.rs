@@ -17,6 +17,8 @@ pub enum PythonError {
     Layout(&'static str, u8),
     #[error("reading the interpreter file: {0}")]
     Elf(String),
+    #[error("CPython 3.{0} free-threaded builds are not supported")]
+    FreeThreaded(u8),
 }
 
 /// A CPython interpreter in one file (`libpython3.X.so` or a `python3.X` executable with
@@ -66,10 +68,12 @@ pub fn minor_from_name(file_name: &str) -> Option<u8> {
         .or_else(|| base.strip_prefix("python3."))?;
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
     let after = &rest[digits.len()..];
+    // `d` debug, `m` pymalloc (3.7 and before), `t` free-threaded (refused in detect).
     let name_ends = after.is_empty()
         || after.starts_with(".so")
         || after.starts_with('d')
-        || after.starts_with('m');
+        || after.starts_with('m')
+        || after.starts_with('t');
     if !name_ends {
         return None;
     }
@@ -133,13 +137,22 @@ pub fn detect(file_name: &str, elf: &ElfFile) -> Result<Option<Interpreter>, Pyt
         let bytes = elf
             .read_vaddr(runtime, offsets::DEBUG_OFFSETS_LEN as u64)
             .map_err(|e| PythonError::Elf(e.to_string()))?;
+        if bytes
+            .get(16..24)
+            .is_some_and(|flag| flag.iter().any(|&b| b != 0))
+        {
+            return Err(PythonError::FreeThreaded(minor));
+        }
         offsets = offsets::from_debug_offsets(&bytes, version)
             .ok_or(PythonError::Layout("_Py_DebugOffsets", minor))?;
     }
     if offsets.instruction_is_pointer {
         // The bytecode starts where a code object's fixed part ends: tp_basicsize.
+        let basic_at = code_type
+            .checked_add(32)
+            .ok_or(PythonError::Missing("PyCode_Type"))?;
         let basic = elf
-            .read_vaddr(code_type + 32, 8)
+            .read_vaddr(basic_at, 8)
             .map_err(|e| PythonError::Elf(e.to_string()))?;
         let basic = u64::from_le_bytes(basic.try_into().unwrap_or([0; 8]));
         if basic != u64::from(offsets.code_bytecode) {
@@ -198,13 +211,16 @@ fn cold_part(elf: &ElfFile, hot: (u64, u64)) -> Option<(u64, u64)> {
     if targets.is_empty() {
         return None;
     }
+    // Sorted, so that each entry counts its targets in two binary searches: a file may
+    // hold a million of each.
+    targets.sort_unstable();
     let fdes = fde_ranges(elf)?;
     let mut best: Option<((u64, u64), usize)> = None;
     for &(start, end) in &fdes {
         if start < hot.1 && hot.0 < end {
             continue;
         }
-        let hits = targets.iter().filter(|&&t| start <= t && t < end).count();
+        let hits = targets.partition_point(|&t| t < end) - targets.partition_point(|&t| t < start);
         if best.is_none_or(|(_, n)| hits > n) {
             best = Some(((start, end), hits));
         }

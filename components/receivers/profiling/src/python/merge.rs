@@ -21,7 +21,9 @@ pub enum Merged {
 }
 
 /// The groups of `frames` (leaf first), one per native evaluator frame, as index ranges;
-/// shim frames are left out of every group.
+/// shim frames are left out of every group. A shim with no frame above it (the
+/// evaluator entering or leaving) still closes a group, an empty one: its evaluator frame
+/// is there, and stays native.
 pub fn groups(frames: &[PyFrame], marker: Option<EntryMarker>) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
@@ -32,9 +34,7 @@ pub fn groups(frames: &[PyFrame], marker: Option<EntryMarker>) -> Vec<std::ops::
                 start = i + 1;
             }
             Some(m) if frame.entry && m.is_shim => {
-                if i > start {
-                    out.push(start..i);
-                }
+                out.push(start..i);
                 start = i + 1;
             }
             Some(_) if frame.entry => {
@@ -64,8 +64,8 @@ pub fn merge(
     let mut out = Vec::with_capacity(native_len + frames.len());
     for i in 0..native_len {
         match is_eval(i).then(|| next.next()).flatten() {
-            Some(group) => out.extend(group.clone().map(Merged::Python)),
-            None => out.push(Merged::Native(i)),
+            Some(group) if !group.is_empty() => out.extend(group.clone().map(Merged::Python)),
+            _ => out.push(Merged::Native(i)),
         }
     }
     for group in next {

@@ -37,6 +37,8 @@ impl Interpreter {
             frame_marker: o.entry_marker.map(|m| (m.offset, m.value)),
             code_bytecode: o.code_bytecode,
             code_firstlineno: o.code_firstlineno,
+            code_filename: o.code_filename,
+            code_name: o.code_name,
             instruction_is_pointer: o.instruction_is_pointer,
         }
     }
@@ -48,11 +50,14 @@ impl Interpreter {
     }
 }
 
+/// A code object as sampled: its address, first line and identity.
+type CodeKey = (u64, u32, u64);
+
 /// Code objects read out of processes, by process, address and first line; what could
 /// not be read is remembered as such. Bounded in bytes: past the budget it starts over.
 #[derive(Debug, Default)]
 pub struct CodeCache {
-    processes: HashMap<u32, HashMap<(u64, u32), Arc<CodeInfo>>>,
+    processes: HashMap<u32, HashMap<CodeKey, Arc<CodeInfo>>>,
     bytes: usize,
     unknown: Option<Arc<CodeInfo>>,
     /// Code objects read, and reads that failed, since start.
@@ -74,39 +79,41 @@ impl CodeCache {
         bias: u64,
         frame: &merge::PyFrame,
     ) -> Arc<CodeInfo> {
-        let key = (frame.code, frame.first_line);
+        let key = (frame.code, frame.first_line, frame.identity);
         if let Some(found) = self.processes.get(&pid).and_then(|p| p.get(&key)) {
             return found.clone();
         }
         self.reads += 1;
         let read = code::ProcessMemory::open(&procfs.pid_path(pid, "mem"))
-            .map_err(|e| e.to_string())
+            .map_err(|e| (e.to_string(), false))
             .and_then(|memory| {
                 code::read_code(
                     &memory,
                     &interpreter.offsets,
                     interpreter.code_type.wrapping_add(bias),
-                    frame.code,
-                    frame.first_line,
+                    code::Sampled {
+                        addr: frame.code,
+                        first_line: frame.first_line,
+                        identity: frame.identity,
+                    },
                 )
-                .map_err(|e| e.to_string())
+                // What the code object said is remembered; memory that could not be
+                // read (a process going away, a page not there yet) is read again.
+                .map_err(|e| {
+                    let lasting = !matches!(e, code::CodeError::Unreadable(_));
+                    (e.to_string(), lasting)
+                })
             });
         let info = match read {
             Ok(info) => Arc::new(info),
-            Err(e) => {
+            Err((e, lasting)) => {
                 self.failures += 1;
                 tracing::debug!(pid, code = frame.code, "Python code object not read: {e}");
-                self.unknown
-                    .get_or_insert_with(|| {
-                        Arc::new(CodeInfo::new(
-                            "<unknown Python code>".to_owned(),
-                            String::new(),
-                            0,
-                            Vec::new(),
-                            offsets::LineTable::Lnotab,
-                        ))
-                    })
-                    .clone()
+                let unknown = self.unknown_code();
+                if !lasting {
+                    return unknown;
+                }
+                unknown
             }
         };
         self.bytes += info.size();
@@ -119,6 +126,21 @@ impl CodeCache {
             .or_default()
             .insert(key, info.clone());
         info
+    }
+
+    /// The stand-in for a code object that could not be read.
+    fn unknown_code(&mut self) -> Arc<CodeInfo> {
+        self.unknown
+            .get_or_insert_with(|| {
+                Arc::new(CodeInfo::new(
+                    "<unknown Python code>".to_owned(),
+                    String::new(),
+                    0,
+                    Vec::new(),
+                    offsets::LineTable::Lnotab,
+                ))
+            })
+            .clone()
     }
 
     /// The process's image is gone: so are its code objects.

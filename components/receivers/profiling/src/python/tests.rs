@@ -162,6 +162,7 @@ fn frame(entry: bool) -> PyFrame {
         position: 0,
         first_line: 1,
         entry,
+        identity: 0,
     }
 }
 
@@ -173,6 +174,12 @@ fn groups_follow_each_versions_rule() {
     assert_eq!(groups(&chain, entry), vec![0..2, 2..4]);
     let shim = for_minor(12).unwrap().entry_marker;
     assert_eq!(groups(&chain, shim), vec![0..1, 2..3]);
+    // A shim at the leaf (the evaluator entering): an empty group for its frame.
+    let entering = [frame(true), frame(false), frame(true)];
+    assert_eq!(groups(&entering, shim), vec![0..0, 1..2]);
+    use Merged::*;
+    let merged = merge(3, |i| i < 2, &entering, shim);
+    assert_eq!(merged, vec![Native(0), Python(1), Native(2)]);
     // A chain cut before its last marker still forms a group.
     assert_eq!(groups(&chain[..3], entry), vec![0..2, 2..3]);
 }
@@ -231,38 +238,58 @@ impl Memory for Buffer {
     }
 }
 
+/// The code object at `addr` as sampled with `first_line`, named by the buffer's
+/// strings at 0x1200 (file name and name alike).
+fn sampled(addr: u64, first_line: u32) -> code::Sampled {
+    code::Sampled {
+        addr,
+        first_line,
+        identity: code::identity(0x1200, 0x1200),
+    }
+}
+
 #[test]
 fn hostile_code_objects_are_refused_with_a_reason() {
     let offsets = for_minor(12).unwrap();
     let mut mem = vec![0u8; 4096];
     mem[8..16].copy_from_slice(&0x5000u64.to_le_bytes()); // ob_type
     mem[68..72].copy_from_slice(&7u32.to_le_bytes()); // first line
-    let buffer = |m: &Vec<u8>| Buffer(0x1000, m.clone());
-    assert_eq!(
-        read_code(&buffer(&mem), &offsets, 0x6000, 0x1000, 7),
-        Err(code::CodeError::NotCode(0x1000))
-    );
-    assert_eq!(
-        read_code(&buffer(&mem), &offsets, 0x5000, 0x1000, 8),
-        Err(code::CodeError::Changed(0x1000))
-    );
-    assert!(matches!(
-        read_code(&buffer(&mem), &offsets, 0x5000, 0x1000, 7),
-        Err(code::CodeError::BadString(..))
-    ));
-    assert_eq!(
-        read_code(&buffer(&mem), &offsets, 0x5000, 0x9000, 7),
-        Err(code::CodeError::Unreadable(0x9000))
-    );
-    // A name that claims to be a gigabyte long.
+    // File name, name and qualified name: one string object at 0x1200 (empty for now).
     let string_at = 0x1000 + 512;
     for at in [120usize, 128, 112] {
         mem[at..at + 8].copy_from_slice(&(string_at as u64).to_le_bytes());
     }
+    let buffer = |m: &Vec<u8>| Buffer(0x1000, m.clone());
+    assert_eq!(
+        read_code(&buffer(&mem), &offsets, 0x6000, sampled(0x1000, 7)),
+        Err(code::CodeError::NotCode(0x1000))
+    );
+    assert_eq!(
+        read_code(&buffer(&mem), &offsets, 0x5000, sampled(0x1000, 8)),
+        Err(code::CodeError::Changed(0x1000))
+    );
+    // Another code object at the same address and line: its names are others.
+    let other = code::Sampled {
+        identity: code::identity(0x1200, 0x1300),
+        ..sampled(0x1000, 7)
+    };
+    assert_eq!(
+        read_code(&buffer(&mem), &offsets, 0x5000, other),
+        Err(code::CodeError::Changed(0x1000))
+    );
+    assert!(matches!(
+        read_code(&buffer(&mem), &offsets, 0x5000, sampled(0x1000, 7)),
+        Err(code::CodeError::BadString(..))
+    ));
+    assert_eq!(
+        read_code(&buffer(&mem), &offsets, 0x5000, sampled(0x9000, 7)),
+        Err(code::CodeError::Unreadable(0x9000))
+    );
+    // A name that claims to be a gigabyte long.
     mem[512 + 16..512 + 24].copy_from_slice(&(1u64 << 30).to_le_bytes());
     mem[512 + 32..512 + 36].copy_from_slice(&((1u32 << 2) | (1 << 5) | (1 << 6)).to_le_bytes());
     assert!(matches!(
-        read_code(&buffer(&mem), &offsets, 0x5000, 0x1000, 7),
+        read_code(&buffer(&mem), &offsets, 0x5000, sampled(0x1000, 7)),
         Err(code::CodeError::BadString(_, "too long"))
     ));
     // A sane name, and a line table that claims to be huge.
@@ -272,12 +299,13 @@ fn hostile_code_objects_are_refused_with_a_reason() {
     mem[136..144].copy_from_slice(&table_at.to_le_bytes());
     mem[1024 + 16..1024 + 24].copy_from_slice(&(1u64 << 40).to_le_bytes());
     assert!(matches!(
-        read_code(&buffer(&mem), &offsets, 0x5000, 0x1000, 7),
+        read_code(&buffer(&mem), &offsets, 0x5000, sampled(0x1000, 7)),
         Err(code::CodeError::LineTableTooLong(..))
     ));
     mem[1024 + 16..1024 + 24].copy_from_slice(&2u64.to_le_bytes());
     mem[1024 + 32..1024 + 34].copy_from_slice(&[0x80 | (13 << 3), 0x02]);
-    let code = read_code(&buffer(&mem), &offsets, 0x5000, 0x1000, 7).expect("a code object");
+    let code =
+        read_code(&buffer(&mem), &offsets, 0x5000, sampled(0x1000, 7)).expect("a code object");
     assert_eq!(
         (code.name.as_str(), code.filename.as_str(), code.first_line),
         ("abc", "abc", 7)
@@ -293,7 +321,7 @@ fn code_objects_of_a_live_process_are_read_with_names_files_and_lines() {
         "    def méthode(self):",
         "        return 1",
         "code = Klass.méthode.__code__",
-        "print(id(code), id(type(code)), code.co_firstlineno, flush=True)",
+        "print(id(code), id(type(code)), code.co_firstlineno, id(code.co_filename), id(code.co_name), flush=True)",
         "sys.stdin.read()",
     ]
     .join("\n");
@@ -317,7 +345,12 @@ fn code_objects_of_a_live_process_are_read_with_names_files_and_lines() {
         let memory =
             ProcessMemory::open(&crate::process::ProcFs::default().pid_path(child.id(), "mem"))
                 .expect("mem");
-        let code = read_code(&memory, &offsets, v[1], v[0], v[2] as u32);
+        let sampled = code::Sampled {
+            addr: v[0],
+            first_line: v[2] as u32,
+            identity: code::identity(v[3], v[4]),
+        };
+        let code = read_code(&memory, &offsets, v[1], sampled);
         drop(child.stdin.take());
         let _ = child.wait();
         let code = code.unwrap_or_else(|e| panic!("{label}: {e}"));

@@ -59,8 +59,6 @@ struct Given {
     maps_version: u64,
     /// Tables of its files are still being built: it is given again when they are.
     waiting: bool,
-    /// Where its CPython keeps its frames, as given.
-    python: Option<profcol_bpf::PythonProcess>,
 }
 
 /// Why a process is due to be given (again).
@@ -90,6 +88,10 @@ pub struct Unwinder {
     errors: u64,
     /// Whether processes running CPython get their Python frames walked.
     python: bool,
+    /// Where each process's CPython keeps its frames, as given: before its mappings and
+    /// tables, so that its first samples (walked again from their stack copies) have
+    /// their Python frames too.
+    pythons: HashMap<u32, profcol_bpf::PythonProcess>,
 }
 
 impl Unwinder {
@@ -106,6 +108,7 @@ impl Unwinder {
             process_loads: 0,
             errors: 0,
             python: true,
+            pythons: HashMap::new(),
         }
     }
 
@@ -149,7 +152,7 @@ impl Unwinder {
 
     /// The process's image is gone (exec replaced it, or it exited): so are its mappings.
     pub fn forget(&mut self, pid: u32) {
-        if self.given.remove(&pid).is_some() {
+        if self.given.remove(&pid).is_some() || self.pythons.contains_key(&pid) {
             self.removed.push(pid);
         }
         self.pending.remove(&pid);
@@ -184,7 +187,9 @@ impl Unwinder {
             if let Err(e) = maps.remove_process(pid) {
                 self.error(&e);
             }
-            if let Err(e) = maps.set_python(pid, None) {
+            if self.pythons.remove(&pid).is_some()
+                && let Err(e) = maps.set_python(pid, None)
+            {
                 self.error(&e);
             }
         }
@@ -262,6 +267,19 @@ impl Unwinder {
             } else {
                 None
             };
+            if python.as_ref() != self.pythons.get(&pid) {
+                let written = maps.set_python(pid, python.as_ref());
+                match (written, python) {
+                    (Ok(()), Some(python)) => {
+                        self.pythons.insert(pid, python);
+                    }
+                    (Ok(()), None) => {
+                        self.pythons.remove(&pid);
+                    }
+                    // Not given: tried again when the process is given again.
+                    (Err(e), _) => self.error(&e),
+                }
+            }
             let (mappings, keys, waiting) = if process.allowed {
                 self.mappings_of(process, &procfs)
             } else {
@@ -294,12 +312,6 @@ impl Unwinder {
             self.process_loads += 1;
             match maps.set_process(pid, &mappings) {
                 Ok(()) => {
-                    let given_python = self.given.get(&pid).and_then(|g| g.python);
-                    if python != given_python
-                        && let Err(e) = maps.set_python(pid, python.as_ref())
-                    {
-                        self.error(&e);
-                    }
                     self.given.insert(
                         pid,
                         Given {
@@ -308,7 +320,6 @@ impl Unwinder {
                             loaded_at: Instant::now(),
                             maps_version,
                             waiting,
-                            python,
                         },
                     );
                 }

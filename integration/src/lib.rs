@@ -126,6 +126,21 @@ pub fn go_tool_pprof_raw(path: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Builds `integration/peers/native/{source}.c` with gcc, `-g` and `flags` into
+/// `dir/{out}`, and returns its path.
+pub fn build_native(dir: &Path, source: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let path = dir.join(out);
+    let ok = Command::new("gcc")
+        .args(flags)
+        .args(["-g", "-o"])
+        .arg(&path)
+        .arg(repo().join(format!("integration/peers/native/{source}.c")))
+        .status()
+        .expect("gcc");
+    assert!(ok.success(), "gcc {source}.c {flags:?}");
+    path
+}
+
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("profcol-it-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

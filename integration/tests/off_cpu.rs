@@ -8,19 +8,11 @@ use std::time::Duration;
 
 use profcol_integration::collector::{Collector, eventually, free_port, profiling_config};
 use profcol_integration::otlp_json::{Resolved, read_samples};
-use profcol_integration::{repo, root, scratch};
+use profcol_integration::{build_native, root, scratch};
 
 fn build_blocker(dir: &Path) -> PathBuf {
-    let out = dir.join("blocker");
     // Optimized without frame pointers: the waits are found by the table-driven unwinder.
-    let ok = Command::new("gcc")
-        .args(["-O2", "-g", "-pthread", "-o"])
-        .arg(&out)
-        .arg(repo().join("integration/peers/native/blocker.c"))
-        .status()
-        .expect("gcc");
-    assert!(ok.success(), "gcc blocker.c");
-    out
+    build_native(dir, "blocker", "blocker", &["-O2", "-pthread"])
 }
 
 fn start(dir: &Path, threshold: &str) -> (Collector, PathBuf) {

@@ -10,20 +10,12 @@ use std::time::Duration;
 
 use profcol_integration::collector::{Collector, eventually, free_port, profiling_config};
 use profcol_integration::otlp_json::{Resolved, read_samples};
-use profcol_integration::{have_peer, repo, root, scratch};
+use profcol_integration::{build_native, have_peer, repo, root, scratch};
 
 /// Builds integration/peers/native/unwind.c with `flags`.
 fn build_c(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let out = dir.join(name);
-    let ok = Command::new("gcc")
-        .args(flags)
-        .args(["-g", "-pthread", "-o"])
-        .arg(&out)
-        .arg(repo().join("integration/peers/native/unwind.c"))
-        .status()
-        .expect("gcc");
-    assert!(ok.success(), "gcc {flags:?}");
-    out
+    let flags: Vec<&str> = flags.iter().copied().chain(["-pthread"]).collect();
+    build_native(dir, "unwind", name, &flags)
 }
 
 fn no_frame_pointers(dir: &Path) -> PathBuf {

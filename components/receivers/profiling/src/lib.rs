@@ -19,6 +19,7 @@ pub mod elf;
 pub mod gopclntab;
 pub mod model;
 pub mod process;
+pub mod process_context;
 pub mod python;
 pub mod receiver;
 pub mod safe_file;
@@ -192,6 +193,9 @@ pub struct BadInputCounters {
     pub files_rejected: AtomicU64,
     /// Times the symbolizer thread panicked (or was gone) and was started again.
     pub symbolizer_restarts: AtomicU64,
+    /// Process contexts (OTEP 4719) read, and those refused as malformed or oversized.
+    pub contexts_read: AtomicU64,
+    pub contexts_invalid: AtomicU64,
 }
 
 /// Counters since the engine started.
@@ -226,6 +230,9 @@ pub struct Stats {
     /// Code objects read from Python processes, and reads that failed.
     pub python_codes_read: u64,
     pub python_codes_failed: u64,
+    /// Process contexts (OTEP 4719) read, and refused as malformed or oversized.
+    pub contexts_read: u64,
+    pub contexts_invalid: u64,
 }
 
 /// Turns samples and process events into batches. See the crate docs.
@@ -487,6 +494,7 @@ impl Engine {
         }
         let image = self.table.fork_image(pid).unwrap_or(pid);
         self.table.ensure_maps(image, now);
+        self.table.refresh_context(pid, now);
         self.unwinder.on_sample(image, &sample.unwind, true);
         if sample.stack_copy.is_some() && self.deferred.len() < MAX_DEFERRED_SAMPLES {
             // Unwound at a sync, once the process's tables are loaded.
@@ -715,6 +723,8 @@ impl Engine {
             processes_tracked: self.table.len(),
             files_rejected: self.counters.files_rejected.load(Ordering::Relaxed),
             symbolizer_restarts: self.counters.symbolizer_restarts.load(Ordering::Relaxed),
+            contexts_read: self.counters.contexts_read.load(Ordering::Relaxed),
+            contexts_invalid: self.counters.contexts_invalid.load(Ordering::Relaxed),
             python_codes_read: self.python_codes.reads,
             python_codes_failed: self.python_codes.failures,
             ..self.stats

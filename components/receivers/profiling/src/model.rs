@@ -82,6 +82,8 @@ pub struct ResourceInfo {
     /// `process.runtime.name` and `.version`: the language runtime the process runs
     /// (CPython, found in its mappings).
     pub runtime: Option<(String, String)>,
+    /// The resource its OpenTelemetry SDK published (OTEP 4719 process context).
+    pub context: Option<Arc<crate::process_context::ProcessContext>>,
 }
 
 impl ResourceInfo {
@@ -97,6 +99,7 @@ impl ResourceInfo {
             container_id: p.container_id.clone(),
             env: p.env.clone(),
             runtime,
+            context: p.context.clone(),
         }
     }
 }
@@ -504,6 +507,15 @@ fn resource_attributes(info: &ResourceInfo, meta: &BatchMeta) -> Vec<KeyValue> {
             Value::StringValue(version.clone()),
         ));
     }
+    // What the process's SDK published, where it names what we did not: its
+    // service.name, service.instance.id, deployment.environment.name and the rest.
+    if let Some(context) = &info.context {
+        for attribute in &context.attributes {
+            if !attrs.iter().any(|a| a.key == attribute.key) {
+                attrs.push(attribute.clone());
+            }
+        }
+    }
     for (name, value) in &info.env {
         attrs.push(kv(
             &format!("process.environment_variable.{name}"),
@@ -837,6 +849,7 @@ mod tests {
             container_id: Some("c".repeat(64)),
             env: Vec::new(),
             runtime: None,
+            context: None,
         });
         let other = b.resource(ResourceInfo {
             pid: 43,
@@ -845,6 +858,7 @@ mod tests {
             container_id: None,
             env: Vec::new(),
             runtime: None,
+            context: None,
         });
         let go = b.mapping(42, &mapping(0x400000, true));
         let libc = b.mapping(42, &mapping(0x7f0000000000, false));
@@ -1079,6 +1093,7 @@ mod tests {
             container_id: None,
             env: Vec::new(),
             runtime: None,
+            context: None,
         }
     }
 

@@ -36,6 +36,8 @@ pub const YOUNG_MAPS: Duration = Duration::from_secs(1);
 /// How long maps that describe another image (an exec whose event has not come) are
 /// refused: the event comes within a drain of the ring buffer, unless it was lost.
 const REPLACED_IMAGE_WAIT: Duration = Duration::from_millis(100);
+/// How often a sampled process's context timestamp is looked at for a new publication.
+pub const CONTEXT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Above this many cached files, files no tracked process maps any more are dropped.
 const FILE_CACHE_SOFT_LIMIT: usize = 16_384;
 /// `/proc/<pid>/maps` read at most (about 150 000 lines; a process can make its maps
@@ -452,6 +454,11 @@ pub struct Process {
     image_replaced_at: Option<u64>,
     /// The wait before the maps may be read again ([`MAPS_REFRESH_INTERVAL`]).
     maps_refresh_wait: u64,
+    /// Where its process context mapping (OTEP 4719) starts, and what was read there.
+    pub context_at: Option<u64>,
+    pub context: Option<Arc<crate::process_context::ProcessContext>>,
+    /// When the context's timestamp was last looked at (unix ns).
+    context_checked_at: u64,
 }
 
 impl Process {
@@ -475,6 +482,9 @@ impl Process {
             maps_first_read_at: 0,
             image_replaced_at: None,
             maps_refresh_wait: YOUNG_MAPS_REFRESH_INTERVAL.as_nanos() as u64,
+            context_at: None,
+            context: None,
+            context_checked_at: 0,
         }
     }
 
@@ -654,7 +664,14 @@ impl ProcessTable {
     fn read_mappings(&mut self, pid: u32, now: u64) -> Option<bool> {
         let maps = read_maps(&self.procfs.pid_path(pid, "maps")).ok()?;
         let mappings = self.mappings_from(pid, &maps);
+        let context_at = context_mapping(&maps);
+        let (procfs, counters) = (self.procfs.clone(), self.counters());
         let p = self.processes.get_mut(&pid)?;
+        if p.context_at != context_at {
+            p.context_at = context_at;
+            p.context = context_at.and_then(|at| read_context(&procfs, &counters, pid, at));
+            p.context_checked_at = now;
+        }
         p.maps_read_at = now;
         if p.maps_version != 0 && p.mappings == mappings {
             return Some(false);
@@ -889,8 +906,43 @@ impl ProcessTable {
             p.mappings = self.mappings_from(pid, &maps);
             p.maps_version = 1;
             p.maps_first_read_at = now;
+            p.context_at = context_mapping(&maps);
+            p.context = p
+                .context_at
+                .and_then(|at| read_context(&self.procfs, &self.counters(), pid, at));
+            p.context_checked_at = now;
         }
         p
+    }
+
+    fn counters(&self) -> Arc<crate::BadInputCounters> {
+        self.files.counters.clone()
+    }
+
+    /// Reads the process's context again when its publisher has published since (its
+    /// timestamp changed), looking at most once a [`CONTEXT_CHECK_INTERVAL`].
+    pub fn refresh_context(&mut self, pid: u32, now: u64) {
+        let (procfs, counters) = (self.procfs.clone(), self.counters());
+        let Some(p) = self.processes.get_mut(&pid) else {
+            return;
+        };
+        let Some(at) = p.context_at else {
+            return;
+        };
+        if now.saturating_sub(p.context_checked_at) < CONTEXT_CHECK_INTERVAL.as_nanos() as u64 {
+            return;
+        }
+        p.context_checked_at = now;
+        let Ok(memory) = crate::python::code::ProcessMemory::open(&procfs.pid_path(pid, "mem"))
+        else {
+            return;
+        };
+        let published = crate::process_context::published_at(&memory, at);
+        if published
+            .is_some_and(|t| t != 0 && Some(t) != p.context.as_ref().map(|c| c.published_at))
+        {
+            p.context = read_context(&procfs, &counters, pid, at).or(p.context.take());
+        }
     }
 
     /// Keeps the named environment variables from now on (read when a process is first seen).
@@ -948,6 +1000,38 @@ impl ProcessTable {
         }
         out.sort_by_key(|m| m.start);
         out
+    }
+}
+
+/// Where the process context mapping (OTEP 4719) starts in `maps`, if there is one.
+fn context_mapping(maps: &str) -> Option<u64> {
+    parse_maps(maps)
+        .into_iter()
+        .find(crate::process_context::is_context_mapping)
+        .map(|e| e.start)
+}
+
+/// The process context at `at` in process `pid`, counted; `None` when there is none to
+/// take (malformed or oversized ones are counted as invalid, and logged).
+fn read_context(
+    procfs: &ProcFs,
+    counters: &crate::BadInputCounters,
+    pid: u32,
+    at: u64,
+) -> Option<Arc<crate::process_context::ProcessContext>> {
+    let memory = crate::python::code::ProcessMemory::open(&procfs.pid_path(pid, "mem")).ok()?;
+    match crate::process_context::read(&memory, at) {
+        Ok(context) => {
+            counters.contexts_read.fetch_add(1, Ordering::Relaxed);
+            Some(Arc::new(context))
+        }
+        Err(e) => {
+            if e.is_invalid() {
+                counters.contexts_invalid.fetch_add(1, Ordering::Relaxed);
+            }
+            tracing::debug!(pid, "process context not taken: {e}");
+            None
+        }
     }
 }
 

@@ -32,6 +32,7 @@ pub const PROCESS_EVENTS_LOST_METRIC: &str = "otelcol_receiver_profiling_process
 pub const FILES_REJECTED_METRIC: &str = "otelcol_receiver_profiling_files_rejected_total";
 pub const SYMBOLIZER_RESTARTS_METRIC: &str = "otelcol_receiver_profiling_symbolizer_restarts_total";
 pub const UNWIND_ENDS_METRIC: &str = "otelcol_receiver_profiling_unwind_ends_total";
+pub const CONTEXTS_METRIC: &str = "otelcol_receiver_profiling_process_contexts_total";
 pub const PYTHON_WALKS_METRIC: &str = "otelcol_receiver_profiling_python_walks_total";
 pub const PYTHON_CODES_METRIC: &str = "otelcol_receiver_profiling_python_code_objects_read_total";
 pub const UNWIND_FRAMES_METRIC: &str = "otelcol_receiver_profiling_unwind_frames_total";
@@ -572,6 +573,18 @@ impl Loop {
                 &labels,
             )
             .add(now.symbolizer_restarts - reported.symbolizer_restarts);
+        for (result, now, before) in [
+            ("ok", now.contexts_read, reported.contexts_read),
+            ("invalid", now.contexts_invalid, reported.contexts_invalid),
+        ] {
+            self.telemetry
+                .counter(
+                    CONTEXTS_METRIC,
+                    "Process contexts (OTEP 4719) read, and refused as malformed or oversized.",
+                    &[("receiver", self.id.as_str()), ("result", result)],
+                )
+                .add(now - before);
+        }
         for (i, end) in ["complete", "no_thread_state", "read_fault", "depth"]
             .iter()
             .enumerate()

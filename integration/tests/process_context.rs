@@ -65,6 +65,7 @@ fn a_published_context_names_the_process_and_its_update_is_followed() {
     let collector = Collector::start(&dir, "profcol", &config, health, metrics);
 
     let good = run(&program, "good", "4");
+    let late = run(&program, "late", "6");
     let oversized = run(&program, "oversized", "1");
     let garbage = run(&program, "garbage", "1");
     assert!(
@@ -90,7 +91,10 @@ fn a_published_context_names_the_process_and_its_update_is_followed() {
     let (before, after) = (count("otel-ctx-app"), count("otel-ctx-updated"));
     let total: u64 = samples.iter().map(|s| s.count).sum();
     eprintln!("{total} samples: {before} as otel-ctx-app, {after} as otel-ctx-updated");
-    assert!(before > 20 && after > 20, "{before} / {after} of {total}");
+    // The context is the one in force when a sample is read from the ring, so on a
+    // loaded machine a backlog read after the update carries the new name: only the
+    // update is required here (the late publisher below shows the first name).
+    assert!(after > 20, "{before} / {after} of {total}");
     // The first milliseconds, before the process was read, may have no context (and
     // are named from the environment).
     assert!(
@@ -106,6 +110,17 @@ fn a_published_context_names_the_process_and_its_update_is_followed() {
                 .get("deployment.environment.name")
                 .map(String::as_str)
                 == Some("ci"))
+    );
+
+    // Published a second after it started: found by a later look at its maps.
+    let late_named = of_pid(&all, late)
+        .iter()
+        .filter(|s| s.resource.get("service.name").map(String::as_str) == Some("otel-ctx-app"))
+        .map(|s| s.count)
+        .sum::<u64>();
+    assert!(
+        late_named > 20,
+        "{late_named} samples of the late publisher named by it"
     );
 
     // A malformed context is not taken: the name is the environment's, as without one.
@@ -128,7 +143,9 @@ fn a_published_context_names_the_process_and_its_update_is_followed() {
             &[("result", result)],
         )
     };
-    assert!(metric("invalid") >= 2.0, "invalid: {}", metric("invalid"));
-    assert!(metric("ok") >= 2.0, "ok: {}", metric("ok"));
+    // Each bad publication refused once (not read again until it changes), each good
+    // one taken once: the first, the update, the late one.
+    assert_eq!(metric("invalid"), 2.0);
+    assert_eq!(metric("ok"), 3.0);
     assert!(collector.stop().success());
 }

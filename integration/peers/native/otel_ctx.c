@@ -8,6 +8,8 @@
  * "ci"), prints "published", burns half of SECONDS, then updates the context the way
  * the OTEP says (timestamp 0, new payload, new timestamp) to service.name
  * "otel-ctx-updated", prints "updated", and burns the rest.
+ * MODE late: burns a second first, as a process whose SDK starts late, then publishes
+ * service.name "otel-ctx-app" and burns the rest.
  * MODE oversized: a header that claims a 1 MiB payload. MODE garbage: a payload that is
  * no protobuf message. Both print "published" and burn.
  *
@@ -99,6 +101,10 @@ int main(int argc, char **argv)
 	uint32_t size;
 	uint8_t *payload;
 
+	if (strcmp(mode, "late") == 0) {
+		otel_ctx_burn(1.0);
+		seconds -= 1.0;
+	}
 	if (fd < 0 || ftruncate(fd, 4096) != 0) {
 		perror("memfd_create");
 		return 1;

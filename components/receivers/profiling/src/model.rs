@@ -509,12 +509,16 @@ fn resource_attributes(info: &ResourceInfo, meta: &BatchMeta) -> Vec<KeyValue> {
     }
     // What the process's SDK published, where it names what we did not: its
     // service.name, service.instance.id, deployment.environment.name and the rest.
+    // (Its protected namespaces, process.* among them, were left out as it was read.)
     if let Some(context) = &info.context {
-        for attribute in &context.attributes {
-            if !attrs.iter().any(|a| a.key == attribute.key) {
-                attrs.push(attribute.clone());
-            }
-        }
+        let ours: std::collections::HashSet<String> = attrs.iter().map(|a| a.key.clone()).collect();
+        attrs.extend(
+            context
+                .attributes
+                .iter()
+                .filter(|a| !ours.contains(&a.key))
+                .cloned(),
+        );
     }
     for (name, value) in &info.env {
         attrs.push(kv(

@@ -38,6 +38,8 @@ pub const YOUNG_MAPS: Duration = Duration::from_secs(1);
 const REPLACED_IMAGE_WAIT: Duration = Duration::from_millis(100);
 /// How often a sampled process's context timestamp is looked at for a new publication.
 pub const CONTEXT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// The longest wait between looks at a process's maps for a context published late.
+pub const MAX_CONTEXT_SCAN_WAIT: Duration = Duration::from_secs(60);
 /// Above this many cached files, files no tracked process maps any more are dropped.
 const FILE_CACHE_SOFT_LIMIT: usize = 16_384;
 /// `/proc/<pid>/maps` read at most (about 150 000 lines; a process can make its maps
@@ -457,8 +459,12 @@ pub struct Process {
     /// Where its process context mapping (OTEP 4719) starts, and what was read there.
     pub context_at: Option<u64>,
     pub context: Option<Arc<crate::process_context::ProcessContext>>,
-    /// When the context's timestamp was last looked at (unix ns).
+    /// The publication time last read, taken or refused: not read again.
+    context_seen: u64,
+    /// When the context (or, with none, the maps for one) was last looked at (unix ns),
+    /// and the wait before the maps are looked at again for one published late.
     context_checked_at: u64,
+    context_scan_wait: u64,
 }
 
 impl Process {
@@ -484,7 +490,9 @@ impl Process {
             maps_refresh_wait: YOUNG_MAPS_REFRESH_INTERVAL.as_nanos() as u64,
             context_at: None,
             context: None,
+            context_seen: 0,
             context_checked_at: 0,
+            context_scan_wait: CONTEXT_CHECK_INTERVAL.as_nanos() as u64,
         }
     }
 
@@ -669,8 +677,12 @@ impl ProcessTable {
         let p = self.processes.get_mut(&pid)?;
         if p.context_at != context_at {
             p.context_at = context_at;
-            p.context = context_at.and_then(|at| read_context(&procfs, &counters, pid, at));
+            p.context = None;
+            p.context_seen = 0;
             p.context_checked_at = now;
+            if let Some(at) = context_at {
+                take_context(&procfs, &counters, p, at);
+            }
         }
         p.maps_read_at = now;
         if p.maps_version != 0 && p.mappings == mappings {
@@ -907,10 +919,10 @@ impl ProcessTable {
             p.maps_version = 1;
             p.maps_first_read_at = now;
             p.context_at = context_mapping(&maps);
-            p.context = p
-                .context_at
-                .and_then(|at| read_context(&self.procfs, &self.counters(), pid, at));
             p.context_checked_at = now;
+            if let Some(at) = p.context_at {
+                take_context(&self.procfs, &self.counters(), &mut p, at);
+            }
         }
         p
     }
@@ -919,29 +931,55 @@ impl ProcessTable {
         self.files.counters.clone()
     }
 
-    /// Reads the process's context again when its publisher has published since (its
-    /// timestamp changed), looking at most once a [`CONTEXT_CHECK_INTERVAL`].
+    /// Follows a sampled process's context: once a [`CONTEXT_CHECK_INTERVAL`], its
+    /// publication time, and a publication not read yet is read; with no context mapping,
+    /// its maps are looked at for one published late, waiting twice as long each time
+    /// up to [`MAX_CONTEXT_SCAN_WAIT`].
     pub fn refresh_context(&mut self, pid: u32, now: u64) {
+        let Some(p) = self.processes.get(&pid) else {
+            return;
+        };
+        let wait = if p.context_at.is_some() {
+            CONTEXT_CHECK_INTERVAL.as_nanos() as u64
+        } else {
+            p.context_scan_wait
+        };
+        if !p.loaded || !p.allowed || pid == 0 || now.saturating_sub(p.context_checked_at) < wait {
+            return;
+        }
         let (procfs, counters) = (self.procfs.clone(), self.counters());
         let Some(p) = self.processes.get_mut(&pid) else {
             return;
         };
+        p.context_checked_at = now;
         let Some(at) = p.context_at else {
+            p.context_scan_wait =
+                (p.context_scan_wait * 2).min(MAX_CONTEXT_SCAN_WAIT.as_nanos() as u64);
+            if let Some(at) = read_maps(&procfs.pid_path(pid, "maps"))
+                .ok()
+                .and_then(|maps| context_mapping(&maps))
+            {
+                p.context_at = Some(at);
+                take_context(&procfs, &counters, p, at);
+            }
             return;
         };
-        if now.saturating_sub(p.context_checked_at) < CONTEXT_CHECK_INTERVAL.as_nanos() as u64 {
-            return;
-        }
-        p.context_checked_at = now;
         let Ok(memory) = crate::python::code::ProcessMemory::open(&procfs.pid_path(pid, "mem"))
         else {
             return;
         };
-        let published = crate::process_context::published_at(&memory, at);
-        if published
-            .is_some_and(|t| t != 0 && Some(t) != p.context.as_ref().map(|c| c.published_at))
-        {
-            p.context = read_context(&procfs, &counters, pid, at).or(p.context.take());
+        match crate::process_context::published_at(&memory, at) {
+            // Unmapped (the SDK shut down): no context, and the maps are looked at again.
+            None => {
+                p.context_at = None;
+                p.context = None;
+                p.context_seen = 0;
+                p.context_scan_wait = CONTEXT_CHECK_INTERVAL.as_nanos() as u64;
+            }
+            // Being written, or read already.
+            Some(0) => {}
+            Some(t) if t == p.context_seen => {}
+            Some(_) => take_context(&procfs, &counters, p, at),
         }
     }
 
@@ -1011,27 +1049,31 @@ fn context_mapping(maps: &str) -> Option<u64> {
         .map(|e| e.start)
 }
 
-/// The process context at `at` in process `pid`, counted; `None` when there is none to
-/// take (malformed or oversized ones are counted as invalid, and logged).
-fn read_context(
-    procfs: &ProcFs,
-    counters: &crate::BadInputCounters,
-    pid: u32,
-    at: u64,
-) -> Option<Arc<crate::process_context::ProcessContext>> {
-    let memory = crate::python::code::ProcessMemory::open(&procfs.pid_path(pid, "mem")).ok()?;
+/// Reads the process context at `at` into `p`, counted. A context that fails its checks
+/// (malformed, oversized) is dropped and its publication not read again; one that could
+/// not be read (the publisher mid-update, memory gone) is tried again at the next look,
+/// keeping the last one taken meanwhile.
+fn take_context(procfs: &ProcFs, counters: &crate::BadInputCounters, p: &mut Process, at: u64) {
+    let Ok(memory) = crate::python::code::ProcessMemory::open(&procfs.pid_path(p.pid, "mem"))
+    else {
+        return;
+    };
+    let published = crate::process_context::published_at(&memory, at);
     match crate::process_context::read(&memory, at) {
         Ok(context) => {
             counters.contexts_read.fetch_add(1, Ordering::Relaxed);
-            Some(Arc::new(context))
-        }
-        Err(e) => {
-            if e.is_invalid() {
-                counters.contexts_invalid.fetch_add(1, Ordering::Relaxed);
+            p.context_seen = context.published_at;
+            if p.context.as_deref() != Some(&context) {
+                p.context = Some(Arc::new(context));
             }
-            tracing::debug!(pid, "process context not taken: {e}");
-            None
         }
+        Err(e) if e.is_invalid() => {
+            counters.contexts_invalid.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(pid = p.pid, "process context refused: {e}");
+            p.context = None;
+            p.context_seen = published.unwrap_or(0);
+        }
+        Err(e) => tracing::debug!(pid = p.pid, "process context not read yet: {e}"),
     }
 }
 

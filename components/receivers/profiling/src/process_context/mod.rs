@@ -70,20 +70,34 @@ impl From<WireError> for ContextError {
     }
 }
 
+/// Attributes taken from one context, at most; a context with more is refused.
+pub const MAX_ATTRIBUTES: usize = 128;
+
+/// Namespaces the receiver owns, or that other components trust to say who a process is
+/// (`k8s_attributes` associates by `container.id` and `k8s.pod.uid`): a process does not
+/// get to name them for itself.
+const PROTECTED: [&str; 4] = ["process.", "container.", "host.", "k8s."];
+
 /// A process context as read.
 #[derive(Debug, Clone)]
 pub struct ProcessContext {
     /// When it was published (the publisher's CLOCK_BOOTTIME nanoseconds).
     pub published_at: u64,
-    /// The resource's attributes, then the extra ones (version 2).
+    /// The resource's attributes, then the extra ones (version 2), those in protected
+    /// namespaces left out.
     pub attributes: Vec<KeyValue>,
-    /// The payload as read: what contexts are compared by.
+    /// What contexts are compared by: the version and payload (a context published
+    /// again unchanged is the same), and a digest of them, made once.
+    version: u32,
     payload: Vec<u8>,
+    digest: u64,
 }
 
 impl PartialEq for ProcessContext {
     fn eq(&self, other: &Self) -> bool {
-        self.published_at == other.published_at && self.payload == other.payload
+        self.digest == other.digest
+            && self.version == other.version
+            && self.payload == other.payload
     }
 }
 
@@ -91,9 +105,38 @@ impl Eq for ProcessContext {}
 
 impl std::hash::Hash for ProcessContext {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.published_at.hash(state);
-        self.payload.hash(state);
+        self.digest.hash(state);
     }
+}
+
+/// The attributes a context may set: not in a protected namespace, with a key of its own
+/// (a dictionary index means nothing outside its dictionary), at most one per key.
+fn admissible(attributes: Vec<KeyValue>) -> Result<Vec<KeyValue>, ContextError> {
+    use profcol_core::pdata::types::Value;
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for attribute in attributes {
+        let indexed = attribute.key_strindex != 0
+            || matches!(
+                attribute.value.as_ref().and_then(|v| v.value.as_ref()),
+                Some(Value::StringValueStrindex(_))
+            );
+        if attribute.key.is_empty()
+            || indexed
+            || PROTECTED.iter().any(|p| attribute.key.starts_with(p))
+            || !seen.insert(attribute.key.clone())
+        {
+            continue;
+        }
+        out.push(attribute);
+    }
+    if out.len() > MAX_ATTRIBUTES {
+        return Err(ContextError::Invalid(WireError::Payload(format!(
+            "{} attributes, at most {MAX_ATTRIBUTES}",
+            out.len()
+        ))));
+    }
+    Ok(out)
 }
 
 /// When the context at `addr` was last published; `None` when it cannot be read, 0 while
@@ -131,11 +174,20 @@ fn read_once(memory: &dyn Memory, addr: u64) -> Result<ProcessContext, ContextEr
     if !read {
         return Err(ContextError::Unreadable(header.payload));
     }
-    let attributes = wire::decode_payload(header.version, &payload)?;
+    let attributes = admissible(wire::decode_payload(header.version, &payload)?)?;
+    let digest = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        header.version.hash(&mut hasher);
+        payload.hash(&mut hasher);
+        hasher.finish()
+    };
     Ok(ProcessContext {
         published_at: header.published_at,
         attributes,
+        version: header.version,
         payload,
+        digest,
     })
 }
 

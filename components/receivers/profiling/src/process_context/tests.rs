@@ -187,3 +187,54 @@ fn the_mapping_is_found_under_each_of_its_names() {
         assert!(!is_context_mapping(&entry), "{line}");
     }
 }
+
+#[test]
+fn a_process_names_no_protected_attribute_and_not_too_many() {
+    let resource = |attributes: Vec<KeyValue>| {
+        ContextMessage {
+            resource: Some(Resource {
+                attributes,
+                ..Default::default()
+            }),
+            attributes: Vec::new(),
+        }
+        .encode_to_vec()
+    };
+    let mut indexed = kv("indexed", "x");
+    indexed.key_strindex = 3;
+    let payload = resource(vec![
+        kv("service.name", "checkout"),
+        kv("process.pid", "1"),
+        kv("container.id", "someone-else"),
+        kv("k8s.pod.uid", "someone-else"),
+        kv("host.name", "elsewhere"),
+        kv("service.name", "again"),
+        indexed,
+    ]);
+    let context = read(&published(2, &payload, 7), 0x1000).expect("read");
+    assert_eq!(context.attributes, vec![kv("service.name", "checkout")]);
+    let many: Vec<KeyValue> = (0..=MAX_ATTRIBUTES)
+        .map(|i| kv(&format!("a{i}"), "v"))
+        .collect();
+    let refused = read(&published(2, &resource(many), 7), 0x1000);
+    assert!(
+        matches!(refused, Err(ContextError::Invalid(_))),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn the_same_payload_published_again_is_the_same_context() {
+    let first = read(&published(2, &context_payload(), 7), 0x1000).expect("first");
+    let again = read(&published(2, &context_payload(), 9), 0x1000).expect("again");
+    assert_eq!(first, again);
+    let other = ContextMessage {
+        resource: Some(Resource {
+            attributes: vec![kv("service.name", "other")],
+            ..Default::default()
+        }),
+        attributes: Vec::new(),
+    };
+    let other = read(&published(2, &other.encode_to_vec(), 9), 0x1000).expect("other");
+    assert_ne!(first, other);
+}

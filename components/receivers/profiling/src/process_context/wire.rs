@@ -78,6 +78,8 @@ pub struct ContextMessage {
 /// The attributes a payload of `version` carries: version 1's `Resource`'s; version 2's
 /// resource's, then its extra attributes.
 pub fn decode_payload(version: u32, payload: &[u8]) -> Result<Vec<KeyValue>, WireError> {
+    // At most 64 KiB: decoded, a few MiB at worst (an empty attribute is two bytes),
+    // and only until the reader counts them.
     if version == 1 {
         return Resource::decode(payload)
             .map(|r| r.attributes)

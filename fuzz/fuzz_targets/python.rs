@@ -12,6 +12,10 @@ use libfuzzer_sys::fuzz_target;
 mod elf;
 
 #[allow(dead_code)]
+#[path = "../../components/receivers/profiling/src/memory.rs"]
+mod memory;
+
+#[allow(dead_code)]
 #[path = "../../components/receivers/profiling/src/python"]
 mod python {
     pub mod code;
@@ -19,7 +23,8 @@ mod python {
     pub mod offsets;
 }
 
-use python::code::{self, Memory};
+use memory::Memory;
+use python::code;
 use python::offsets::{self, LineTable};
 
 /// Memory that holds `bytes` from `base` on, and nothing else.

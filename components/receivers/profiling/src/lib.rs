@@ -17,6 +17,7 @@ pub mod bpf_source;
 pub mod config;
 pub mod elf;
 pub mod gopclntab;
+pub mod memory;
 pub mod model;
 pub mod process;
 pub mod process_context;
@@ -601,13 +602,17 @@ impl Engine {
                 None => Frame::Unmapped { addr },
             });
         }
-        let interpreter = image_process.mappings.iter().find_map(|m| {
-            let python = m.file.as_ref()?.python.as_ref()?;
-            Some((python.clone(), python.bias(m.start, m.offset)))
-        });
+        // Looked up only for a sample that has Python frames: most have none.
+        let interpreter = if sample.python_stack.is_empty() {
+            None
+        } else {
+            image_process
+                .python()
+                .map(|(python, bias)| (python.clone(), bias))
+        };
         // A stack cut by the sampler or by max_stack_depth ends with a [truncated] frame.
         let mut cut = sample.user_stack.len() > max;
-        match interpreter.filter(|_| !sample.python_stack.is_empty()) {
+        match interpreter {
             Some((python, bias)) => {
                 let merged = python::merge::merge(
                     user_frames.len(),

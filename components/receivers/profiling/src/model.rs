@@ -88,10 +88,9 @@ pub struct ResourceInfo {
 
 impl ResourceInfo {
     pub fn of(p: &Process) -> Self {
-        let runtime = p.mappings.iter().find_map(|m| {
-            let python = m.file.as_ref()?.python.as_ref()?;
-            Some(("cpython".to_owned(), python.version()))
-        });
+        let runtime = p
+            .python()
+            .map(|(python, _)| ("cpython".to_owned(), python.version()));
         ResourceInfo {
             pid: p.pid,
             executable_name: p.executable_name().map(str::to_owned),

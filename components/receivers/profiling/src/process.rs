@@ -92,6 +92,12 @@ impl ProcFs {
     }
 
     /// Every numeric entry of `/proc`.
+    /// The memory of process `pid` (`/proc/<pid>/mem`: root, or its own user where
+    /// ptrace would be allowed).
+    pub fn memory(&self, pid: u32) -> std::io::Result<crate::memory::ProcessMemory> {
+        crate::memory::ProcessMemory::open(&self.pid_path(pid, "mem"))
+    }
+
     pub fn pids(&self) -> Vec<u32> {
         let Ok(dir) = fs::read_dir(&self.root) else {
             return Vec::new();
@@ -503,6 +509,15 @@ impl Process {
             Some(p) => p.rsplit('/').next().filter(|s| !s.is_empty()),
             None => Some(self.comm.as_str()).filter(|s| !s.is_empty()),
         }
+    }
+
+    /// The CPython interpreter it runs, from its first executable mapping of a file that
+    /// holds one, and that mapping's load bias.
+    pub fn python(&self) -> Option<(&Arc<crate::python::Interpreter>, u64)> {
+        self.mappings.iter().find_map(|m| {
+            let python = m.file.as_ref()?.python.as_ref()?;
+            Some((python, python.bias(m.start, m.offset)))
+        })
     }
 
     /// The mapping holding `addr`.
@@ -964,8 +979,7 @@ impl ProcessTable {
             }
             return;
         };
-        let Ok(memory) = crate::python::code::ProcessMemory::open(&procfs.pid_path(pid, "mem"))
-        else {
+        let Ok(memory) = procfs.memory(pid) else {
             return;
         };
         match crate::process_context::published_at(&memory, at) {
@@ -979,7 +993,7 @@ impl ProcessTable {
             // Being written, or read already.
             Some(0) => {}
             Some(t) if t == p.context_seen => {}
-            Some(_) => take_context(&procfs, &counters, p, at),
+            Some(_) => take_context_from(&memory, &counters, p, at),
         }
     }
 
@@ -1054,12 +1068,20 @@ fn context_mapping(maps: &str) -> Option<u64> {
 /// not be read (the publisher mid-update, memory gone) is tried again at the next look,
 /// keeping the last one taken meanwhile.
 fn take_context(procfs: &ProcFs, counters: &crate::BadInputCounters, p: &mut Process, at: u64) {
-    let Ok(memory) = crate::python::code::ProcessMemory::open(&procfs.pid_path(p.pid, "mem"))
-    else {
-        return;
-    };
-    let published = crate::process_context::published_at(&memory, at);
-    match crate::process_context::read(&memory, at) {
+    if let Ok(memory) = procfs.memory(p.pid) {
+        take_context_from(&memory, counters, p, at);
+    }
+}
+
+/// [`take_context`] from the process's memory, already open.
+fn take_context_from(
+    memory: &dyn crate::memory::Memory,
+    counters: &crate::BadInputCounters,
+    p: &mut Process,
+    at: u64,
+) {
+    let published = crate::process_context::published_at(memory, at);
+    match crate::process_context::read(memory, at) {
         Ok(context) => {
             counters.contexts_read.fetch_add(1, Ordering::Relaxed);
             p.context_seen = context.published_at;

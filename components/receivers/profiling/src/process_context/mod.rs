@@ -14,8 +14,8 @@
 
 pub mod wire;
 
+use crate::memory::Memory;
 use crate::process::{MapsEntry, MapsPath};
-use crate::python::code::Memory;
 use profcol_core::pdata::types::KeyValue;
 use wire::{HEADER_LEN, PUBLISHED_AT};
 pub use wire::{MAX_PAYLOAD, WireError};

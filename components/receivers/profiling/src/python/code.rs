@@ -2,29 +2,7 @@
 //! and its line table, which turns a frame's instruction position into a line.
 
 use super::offsets::{LineTable, Offsets};
-use std::os::unix::fs::FileExt;
-
-/// Another process's memory, read at an address.
-pub trait Memory {
-    /// Fills `buf` from `addr`; false when any of it cannot be read.
-    fn read(&self, addr: u64, buf: &mut [u8]) -> bool;
-}
-
-/// `/proc/<pid>/mem`, opened once.
-pub struct ProcessMemory(std::fs::File);
-
-impl ProcessMemory {
-    /// `path` is the process's `mem` file (`/proc/<pid>/mem`).
-    pub fn open(path: &std::path::Path) -> std::io::Result<Self> {
-        std::fs::File::open(path).map(ProcessMemory)
-    }
-}
-
-impl Memory for ProcessMemory {
-    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-        self.0.read_exact_at(buf, addr).is_ok()
-    }
-}
+use crate::memory::Memory;
 
 /// Names and file names longer than this (in bytes read) are refused: CPython's own are
 /// far shorter, and memory that says otherwise is not a code object.

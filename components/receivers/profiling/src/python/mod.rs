@@ -84,7 +84,8 @@ impl CodeCache {
             return found.clone();
         }
         self.reads += 1;
-        let read = code::ProcessMemory::open(&procfs.pid_path(pid, "mem"))
+        let read = procfs
+            .memory(pid)
             .map_err(|e| (e.to_string(), false))
             .and_then(|memory| {
                 code::read_code(

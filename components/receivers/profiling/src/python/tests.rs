@@ -1,8 +1,9 @@
-use super::code::{Memory, ProcessMemory, line_at, read_code};
+use super::code::{line_at, read_code};
 use super::merge::{Merged, PyFrame, groups, merge};
 use super::offsets::{LineTable, for_minor};
 use super::*;
 use crate::elf::ElfFile;
+use crate::memory::Memory;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
@@ -342,9 +343,9 @@ fn code_objects_of_a_live_process_are_read_with_names_files_and_lines() {
             .split_whitespace()
             .map(|w| w.parse().unwrap())
             .collect();
-        let memory =
-            ProcessMemory::open(&crate::process::ProcFs::default().pid_path(child.id(), "mem"))
-                .expect("mem");
+        let memory = crate::process::ProcFs::default()
+            .memory(child.id())
+            .expect("mem");
         let sampled = code::Sampled {
             addr: v[0],
             first_line: v[2] as u32,

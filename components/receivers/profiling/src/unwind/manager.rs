@@ -489,8 +489,7 @@ fn opener(m: &Mapping, procfs: &crate::process::ProcFs, pid: u32) -> super::cach
 /// Where the process's CPython keeps its frames: from its first executable mapping of a
 /// file that holds an interpreter.
 fn python_record(process: &crate::process::Process) -> Option<profcol_bpf::PythonProcess> {
-    process.mappings.iter().find_map(|m| {
-        let interpreter = m.file.as_ref()?.python.as_ref()?;
-        Some(interpreter.walker_record(interpreter.bias(m.start, m.offset)))
-    })
+    process
+        .python()
+        .map(|(interpreter, bias)| interpreter.walker_record(bias))
 }

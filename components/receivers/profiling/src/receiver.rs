@@ -402,35 +402,34 @@ impl Loop {
     ) {
         let id = self.id.as_str();
         if let Some(walker) = source.unwind_stats() {
-            for (i, end) in profcol_bpf::UnwindEnd::ALL.iter().enumerate() {
-                self.telemetry
-                    .counter(
-                        UNWIND_ENDS_METRIC,
-                        "User stack walks, by why they ended (outermost and frame_pointer_chain reached the end of the stack).",
-                        &[("receiver", id), ("reason", end.name())],
-                    )
-                    .add(walker.ends[i].saturating_sub(reported.walker.ends[i]));
-            }
-            for (method, now, before) in [
-                (
-                    "table",
-                    walker.frames_from_tables,
-                    reported.walker.frames_from_tables,
-                ),
-                (
-                    "frame_pointer",
-                    walker.frames_from_frame_pointers,
-                    reported.walker.frames_from_frame_pointers,
-                ),
-            ] {
-                self.telemetry
-                    .counter(
-                        UNWIND_FRAMES_METRIC,
-                        "Callers found by the BPF stack walker, by how.",
-                        &[("receiver", id), ("method", method)],
-                    )
-                    .add(now.saturating_sub(before));
-            }
+            let ends: Vec<(&str, u64, u64)> = profcol_bpf::UnwindEnd::ALL
+                .iter()
+                .enumerate()
+                .map(|(i, end)| (end.name(), walker.ends[i], reported.walker.ends[i]))
+                .collect();
+            self.add_by(
+                UNWIND_ENDS_METRIC,
+                "User stack walks, by why they ended (outermost and frame_pointer_chain reached the end of the stack).",
+                "reason",
+                &ends,
+            );
+            self.add_by(
+                UNWIND_FRAMES_METRIC,
+                "Callers found by the BPF stack walker, by how.",
+                "method",
+                &[
+                    (
+                        "table",
+                        walker.frames_from_tables,
+                        reported.walker.frames_from_tables,
+                    ),
+                    (
+                        "frame_pointer",
+                        walker.frames_from_frame_pointers,
+                        reported.walker.frames_from_frame_pointers,
+                    ),
+                ],
+            );
             reported.walker = walker;
         }
         let now = engine.unwinder_stats().cache;
@@ -506,6 +505,26 @@ impl Loop {
         *reported = now;
     }
 
+    /// Adds to counter `metric` by receiver and `label`, one row per value of the label:
+    /// (value, count now, count reported before; a count that went back adds nothing).
+    fn add_by(
+        &self,
+        metric: &'static str,
+        help: &'static str,
+        label: &'static str,
+        rows: &[(&str, u64, u64)],
+    ) {
+        for &(value, now, before) in rows {
+            self.telemetry
+                .counter(
+                    metric,
+                    help,
+                    &[("receiver", self.id.as_str()), (label, value)],
+                )
+                .add(now.saturating_sub(before));
+        }
+    }
+
     fn flush(&self, engine: &mut Engine, flusher: &Flusher, reported: &mut Stats) {
         if let Some(pending) = engine.start_flush() {
             flusher.send(pending);
@@ -527,31 +546,28 @@ impl Loop {
                 &labels,
             )
             .add(now.samples_filtered - reported.samples_filtered);
-        for (reason, now, before) in [
-            (
-                "idle",
-                now.samples_idle_dropped,
-                reported.samples_idle_dropped,
-            ),
-            (
-                "probabilistic",
-                now.samples_probabilistic_dropped,
-                reported.samples_probabilistic_dropped,
-            ),
-            (
-                "min_process_age",
-                now.samples_young_dropped,
-                reported.samples_young_dropped,
-            ),
-        ] {
-            self.telemetry
-                .counter(
-                    SAMPLES_SKIPPED_METRIC,
-                    "Samples dropped by send_idle_frames, probabilistic_threshold or filter_min_process_age.",
-                    &[("receiver", self.id.as_str()), ("reason", reason)],
-                )
-                .add(now - before);
-        }
+        self.add_by(
+            SAMPLES_SKIPPED_METRIC,
+            "Samples dropped by send_idle_frames, probabilistic_threshold or filter_min_process_age.",
+            "reason",
+            &[
+                (
+                    "idle",
+                    now.samples_idle_dropped,
+                    reported.samples_idle_dropped,
+                ),
+                (
+                    "probabilistic",
+                    now.samples_probabilistic_dropped,
+                    reported.samples_probabilistic_dropped,
+                ),
+                (
+                    "min_process_age",
+                    now.samples_young_dropped,
+                    reported.samples_young_dropped,
+                ),
+            ],
+        );
         self.telemetry
             .counter(
                 FRAMES_UNSYMBOLIZED_METRIC,
@@ -573,50 +589,43 @@ impl Loop {
                 &labels,
             )
             .add(now.symbolizer_restarts - reported.symbolizer_restarts);
-        for (result, now, before) in [
-            ("ok", now.contexts_read, reported.contexts_read),
-            ("invalid", now.contexts_invalid, reported.contexts_invalid),
-        ] {
-            self.telemetry
-                .counter(
-                    CONTEXTS_METRIC,
-                    "Process contexts (OTEP 4719) read, and refused as malformed or oversized.",
-                    &[("receiver", self.id.as_str()), ("result", result)],
-                )
-                .add(now - before);
-        }
-        for (i, end) in ["complete", "no_thread_state", "read_fault", "depth"]
+        self.add_by(
+            CONTEXTS_METRIC,
+            "Process contexts (OTEP 4719) read, and refused as malformed or oversized.",
+            "result",
+            &[
+                ("ok", now.contexts_read, reported.contexts_read),
+                ("invalid", now.contexts_invalid, reported.contexts_invalid),
+            ],
+        );
+        let walks: Vec<(&str, u64, u64)> = ["complete", "no_thread_state", "read_fault", "depth"]
             .iter()
             .enumerate()
-        {
-            self.telemetry
-                .counter(
-                    PYTHON_WALKS_METRIC,
-                    "Samples of CPython processes, by why their Python walk ended.",
-                    &[("receiver", self.id.as_str()), ("end", end)],
-                )
-                .add(now.python_walks[i] - reported.python_walks[i]);
-        }
-        for (result, now, before) in [
-            (
-                "ok",
-                now.python_codes_read - now.python_codes_failed,
-                reported.python_codes_read - reported.python_codes_failed,
-            ),
-            (
-                "failed",
-                now.python_codes_failed,
-                reported.python_codes_failed,
-            ),
-        ] {
-            self.telemetry
-                .counter(
-                    PYTHON_CODES_METRIC,
-                    "Code objects read from Python processes (once per process, address and first line).",
-                    &[("receiver", self.id.as_str()), ("result", result)],
-                )
-                .add(now - before);
-        }
+            .map(|(i, end)| (*end, now.python_walks[i], reported.python_walks[i]))
+            .collect();
+        self.add_by(
+            PYTHON_WALKS_METRIC,
+            "Samples of CPython processes, by why their Python walk ended.",
+            "end",
+            &walks,
+        );
+        self.add_by(
+            PYTHON_CODES_METRIC,
+            "Code objects read from Python processes (once per process, address and first line).",
+            "result",
+            &[
+                (
+                    "ok",
+                    now.python_codes_read - now.python_codes_failed,
+                    reported.python_codes_read - reported.python_codes_failed,
+                ),
+                (
+                    "failed",
+                    now.python_codes_failed,
+                    reported.python_codes_failed,
+                ),
+            ],
+        );
         self.telemetry
             .gauge(PROCESSES_METRIC, "Processes tracked.", &labels)
             .set(i64::try_from(now.processes_tracked).unwrap_or(i64::MAX));

@@ -5,14 +5,17 @@
 //! every sample, in order, in each of them; labels become sample attributes (several values
 //! for one key become one array attribute); build ids, mapping flags, folded locations,
 //! comments, drop/keep frames and doc url become the semantic-convention attributes;
-//! inlined lines keep their order (callee first, caller last).
+//! inlined lines keep their order (callee first, caller last); a canonical `trace_id` and
+//! `span_id` label pair becomes the sample's link, and links go back out as those labels.
 
+mod links;
 mod to_otlp;
 mod to_pprof;
 
 #[cfg(test)]
 mod tests;
 
+pub use links::{SPAN_ID_LABEL, TRACE_ID_LABEL};
 pub use to_otlp::{ToOtlpOptions, pprof_into, pprof_to_batch, pprof_to_batch_with};
 pub use to_pprof::{PprofOutput, ToPprofOptions, batch_to_pprof, pprof_groups, pprof_output_limit};
 

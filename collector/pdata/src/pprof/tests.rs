@@ -1165,3 +1165,245 @@ mod hostile {
         ));
     }
 }
+
+/// Span context labels ↔ links: the pprof side as Go's runtime writes it (labels sorted
+/// by key), so that the round trip can be judged byte for byte.
+mod links {
+    use super::*;
+    use crate::merge::merge;
+
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const SPAN: &str = "00f067aa0ba902b7";
+
+    /// A CPU profile of one function whose samples carry `labels[i]` (key, text) pairs.
+    fn labelled(samples: &[&[(&str, &str)]]) -> pp::Profile {
+        let mut p = pp::Profile {
+            string_table: vec![String::new()],
+            ..Default::default()
+        };
+        let (cpu, ns) = (s(&mut p, "cpu"), s(&mut p, "nanoseconds"));
+        p.sample_type = vec![pp::ValueType {
+            r#type: cpu,
+            unit: ns,
+        }];
+        let name = s(&mut p, "main.work");
+        p.function = vec![pp::Function {
+            id: 1,
+            name,
+            ..Default::default()
+        }];
+        p.location = vec![pp::Location {
+            id: 1,
+            line: vec![pp::Line {
+                function_id: 1,
+                line: 10,
+                column: 0,
+            }],
+            ..Default::default()
+        }];
+        for (i, labels) in samples.iter().enumerate() {
+            let label = labels
+                .iter()
+                .map(|&(k, v)| pp::Label {
+                    key: s(&mut p, k),
+                    str: s(&mut p, v),
+                    ..Default::default()
+                })
+                .collect();
+            p.sample.push(pp::Sample {
+                location_id: vec![1],
+                value: vec![i as i64 + 1],
+                label,
+            });
+        }
+        p
+    }
+
+    /// Each sample's labels as (key, text) in their order on the wire.
+    fn sample_labels(p: &pp::Profile) -> Vec<Vec<(String, String)>> {
+        let s = |i: i64| p.string_table[i as usize].clone();
+        p.sample
+            .iter()
+            .map(|smp| smp.label.iter().map(|l| (s(l.key), s(l.str))).collect())
+            .collect()
+    }
+
+    /// Each sample's link as (trace hex, span hex), "" for none, and its attribute keys.
+    fn otlp_links(batch: &ProfileBatch) -> Vec<(String, String, Vec<String>)> {
+        let d = batch.dictionary();
+        batch
+            .profiles()
+            .flat_map(|p| p.samples.iter())
+            .map(|smp| {
+                let keys = smp
+                    .attribute_indices
+                    .iter()
+                    .map(|a| d.string(d.attribute(a).key_strindex).to_owned())
+                    .collect();
+                if smp.link_index == 0 {
+                    return (String::new(), String::new(), keys);
+                }
+                let l = d.link(smp.link_index);
+                (hex::encode(l.trace_id), hex::encode(l.span_id), keys)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn trace_and_span_labels_become_a_link_and_come_back_byte_for_byte() {
+        let other_trace = "0af7651916cd43dd8448eb211c80319c";
+        let p = labelled(&[
+            &[
+                ("endpoint", "/pay"),
+                ("span_id", SPAN),
+                ("trace_id", TRACE),
+                ("zone", "a"),
+            ],
+            &[("span_id", "b7ad6b7169203331"), ("trace_id", other_trace)],
+            &[("endpoint", "/pay")],
+            &[("span_id", SPAN), ("trace_id", TRACE)],
+        ]);
+        let batch = pprof_to_batch(&p, ToOtlpOptions::default()).expect("translates");
+        assert_eq!(
+            otlp_links(&batch),
+            [
+                (
+                    TRACE.into(),
+                    SPAN.into(),
+                    vec!["endpoint".into(), "zone".into()]
+                ),
+                (other_trace.into(), "b7ad6b7169203331".into(), vec![]),
+                (String::new(), String::new(), vec!["endpoint".into()]),
+                (TRACE.into(), SPAN.into(), vec![]),
+            ]
+        );
+        // Two distinct links, interned once each, beside the zero link.
+        assert_eq!(batch.dictionary().link_count(), 3);
+        let back = round_trip(&p);
+        assert_eq!(sample_labels(&back), sample_labels(&p));
+        assert_eq!(meaning(&back), meaning(&p));
+    }
+
+    #[test]
+    fn what_only_looks_like_span_context_stays_a_label() {
+        let p = labelled(&[
+            // Pyroscope's span profiles: a span id alone.
+            &[("span_id", SPAN), ("span_name", "GET /pay")],
+            // Upper case, short, zero, repeated, or not hex: kept as they are.
+            &[("span_id", "00F067AA0BA902B7"), ("trace_id", TRACE)],
+            &[("span_id", SPAN), ("trace_id", &TRACE[..30])],
+            &[
+                ("span_id", SPAN),
+                ("trace_id", "00000000000000000000000000000000"),
+            ],
+            &[
+                ("span_id", SPAN),
+                ("span_id", "b7ad6b7169203331"),
+                ("trace_id", TRACE),
+            ],
+            &[("span_id", "not-hex-at-all!!"), ("trace_id", TRACE)],
+        ]);
+        let batch = pprof_to_batch(&p, ToOtlpOptions::default()).expect("translates");
+        assert!(
+            otlp_links(&batch).iter().all(|(t, _, _)| t.is_empty()),
+            "{:?}",
+            otlp_links(&batch)
+        );
+        assert_eq!(batch.dictionary().link_count(), 1, "only the zero link");
+        assert_eq!(meaning(&round_trip(&p)), meaning(&p));
+    }
+
+    #[test]
+    fn a_numeric_trace_id_label_stays_a_label() {
+        let mut p = labelled(&[&[("span_id", SPAN)]]);
+        let key = s(&mut p, "trace_id");
+        p.sample[0].label.push(pp::Label {
+            key,
+            num: 42,
+            ..Default::default()
+        });
+        let batch = pprof_to_batch(&p, ToOtlpOptions::default()).expect("translates");
+        assert_eq!(batch.dictionary().link_count(), 1, "only the zero link");
+        assert_eq!(meaning(&round_trip(&p)), meaning(&p));
+    }
+
+    #[test]
+    fn the_otel_spelling_becomes_a_link_and_comes_back_in_the_canonical_one() {
+        let p = labelled(&[&[("otel.span_id", SPAN), ("otel.trace_id", TRACE)]]);
+        let batch = pprof_to_batch(&p, ToOtlpOptions::default()).expect("translates");
+        assert_eq!(otlp_links(&batch), [(TRACE.into(), SPAN.into(), vec![])]);
+        assert_eq!(
+            sample_labels(&round_trip(&p)),
+            [vec![
+                ("span_id".to_owned(), SPAN.to_owned()),
+                ("trace_id".to_owned(), TRACE.to_owned())
+            ]]
+        );
+    }
+
+    #[test]
+    fn links_survive_merging_many_batches() {
+        // 200 batches, each its own dictionary: links are re-interned into the merged one,
+        // equal links shared.
+        let batches: Vec<ProfileBatch> = (0..200u64)
+            .map(|i| {
+                let trace = format!("{:032x}", 1 + i % 50);
+                let span = format!("{:016x}", 1 + i);
+                let p = labelled(&[
+                    &[("span_id", &span), ("trace_id", &trace)],
+                    &[("endpoint", "/pay")],
+                ]);
+                pprof_to_batch(&p, ToOtlpOptions::default()).expect("translates")
+            })
+            .collect();
+        let merged = merge(&batches);
+        let mut want: Vec<_> = batches.iter().flat_map(otlp_links).collect();
+        let mut got = otlp_links(&merged);
+        want.sort();
+        got.sort();
+        assert_eq!(got, want);
+        assert_eq!(
+            merged.dictionary().link_count(),
+            201,
+            "200 distinct links and zero"
+        );
+        // And back out as labels.
+        let out = batch_to_pprof(&merged, &ToPprofOptions::default()).expect("pprof");
+        let labels: usize = out
+            .iter()
+            .flat_map(|o| sample_labels(&o.profile))
+            .filter(|l| l.iter().any(|(k, _)| k == "trace_id"))
+            .count();
+        assert_eq!(labels, 200);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Generated profiles with span context on some samples round-trip with their
+        /// meaning, and every canonical pair became a link.
+        #[test]
+        fn generated_pprof_with_span_context_round_trips(
+            p in arb_pprof(),
+            ids in prop::collection::vec(prop::option::of((1u128.., 1u64..)), 0..20),
+        ) {
+            prop_assume!(!has_mixed_label_kinds(&p));
+            let mut p = p;
+            let mut linked = 0;
+            for (i, id) in ids.iter().enumerate().take(p.sample.len()) {
+                let Some((trace, span)) = id else { continue };
+                let (tk, sk) = (s(&mut p, "trace_id"), s(&mut p, "span_id"));
+                let tv = s(&mut p, &format!("{trace:032x}"));
+                let sv = s(&mut p, &format!("{span:016x}"));
+                let labels = &mut p.sample[i].label;
+                labels.push(pp::Label { key: sk, str: sv, ..Default::default() });
+                labels.push(pp::Label { key: tk, str: tv, ..Default::default() });
+                linked += 1;
+            }
+            let batch = pprof_to_batch(&p, ToOtlpOptions::default()).expect("translates");
+            let with_link = otlp_links(&batch).iter().filter(|(t, _, _)| !t.is_empty()).count();
+            prop_assert_eq!(with_link, linked * p.sample_type.len());
+            prop_assert_eq!(meaning(&round_trip(&p)), meaning(&p));
+        }
+    }
+}

@@ -7,6 +7,7 @@ use profcol_proto::otlp::common::v1::any_value::Value;
 use profcol_proto::otlp::common::v1::{AnyValue, ArrayValue, InstrumentationScope, KeyValue};
 use profcol_proto::otlp::resource::v1::Resource;
 
+use super::links::{self, LinkPart};
 use super::{IdMap, PprofError, malformed};
 use crate::attributes::semconv;
 use crate::batch::ProfileBatch;
@@ -593,8 +594,9 @@ fn translate_samples(
     let mut values: Vec<i64> = Vec::new();
     let mut labels: Vec<Label> = Vec::new();
     let mut label_key: Vec<u8> = Vec::new();
-    // Samples repeat few label sets: each set is translated once, keyed by its bytes.
-    let mut label_sets: FastMap<Vec<u8>, (u32, u32)> = FastMap::new();
+    // Samples repeat few label sets: each set is translated once, keyed by its bytes, into
+    // a run of attribute indices and a link index.
+    let mut label_sets: FastMap<Vec<u8>, (u32, u32, i32)> = FastMap::new();
     let mut attribute_runs: Vec<i32> = Vec::new();
     let mut translator = LabelTranslator::default();
     each(bytes, field::SAMPLE, |n, wire, r| {
@@ -673,8 +675,8 @@ fn translate_samples(
             });
         }
         let stack_index = builder.stack(&stack);
-        let (start, len) = if label_count == 0 {
-            (0, 0)
+        let (start, len, link_index) = if label_count == 0 {
+            (0, 0, 0)
         } else if let Some(&run) = label_sets.get(label_key.as_slice()) {
             run
         } else {
@@ -686,8 +688,8 @@ fn translate_samples(
                 labels.push(read_label(l, at)?);
             }
             let start = attribute_runs.len() as u32;
-            translator.translate(builder, h, copies, &labels, n, &mut attribute_runs)?;
-            let run = (start, attribute_runs.len() as u32 - start);
+            let link = translator.translate(builder, h, copies, &labels, n, &mut attribute_runs)?;
+            let run = (start, attribute_runs.len() as u32 - start, link);
             label_sets.insert(label_key.clone(), run);
             run
         };
@@ -696,6 +698,7 @@ fn translate_samples(
             column.push(&Sample {
                 stack_index,
                 attribute_indices: attributes,
+                link_index,
                 values: &[value],
                 ..Sample::default()
             });
@@ -704,10 +707,11 @@ fn translate_samples(
     })
 }
 
-/// Turns pprof label sets into attribute indices. A single-valued label becomes the same
-/// attribute wherever it appears, so it is translated once per (key, value, unit) and
-/// its string is never copied again; only keys with several values in one set make a
-/// fresh array, and those copies are charged to the budget.
+/// Turns pprof label sets into attribute indices and a link. A single-valued label
+/// becomes the same attribute wherever it appears, so it is translated once per (key,
+/// value, unit) and its string is never copied again; only keys with several values in
+/// one set make a fresh array, and those copies are charged to the budget. A trace id and
+/// span id pair becomes the sample's link instead (see [`super::links`]).
 #[derive(Default)]
 struct LabelTranslator {
     single: FastMap<Label, i32>,
@@ -722,7 +726,7 @@ impl LabelTranslator {
         labels: &[Label],
         sample: usize,
         out: &mut Vec<i32>,
-    ) -> Result<(), PprofError> {
+    ) -> Result<i32, PprofError> {
         for (i, &(key, s, _, unit)) in labels.iter().enumerate() {
             h.str_at(key, || format!("sample[{sample}].label[{i}].key"))?;
             if s != 0 {
@@ -742,7 +746,11 @@ impl LabelTranslator {
         // Group by key text, in order of first appearance (OTLP lets a list name a key
         // once). Label sets are small and translated once each.
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        let (link, link_labels) = link_of(builder, labels, &text);
         for (i, l) in labels.iter().enumerate() {
+            if link_labels.contains(&i) {
+                continue;
+            }
             let k = text(builder, l.0);
             match groups.iter_mut().find(|(g, _)| *g == k) {
                 Some((_, positions)) => positions.push(i),
@@ -813,6 +821,34 @@ impl LabelTranslator {
                 &unit,
             ));
         }
-        Ok(())
+        Ok(link)
+    }
+}
+
+/// The link a label set spells, interned, and the positions of the two labels that spell
+/// it; `(0, [])` when the set holds no single canonical trace id and span id pair.
+fn link_of(
+    builder: &mut DictionaryBuilder,
+    labels: &[Label],
+    text: &dyn Fn(&DictionaryBuilder, i64) -> String,
+) -> (i32, Vec<usize>) {
+    let (mut trace, mut span) = (Vec::new(), Vec::new());
+    for (i, &(key, _, _, _)) in labels.iter().enumerate() {
+        match links::link_part(&text(builder, key)) {
+            Some(LinkPart::Trace) => trace.push(i),
+            Some(LinkPart::Span) => span.push(i),
+            None => {}
+        }
+    }
+    let (&[t], &[s]) = (&trace[..], &span[..]) else {
+        return (0, Vec::new());
+    };
+    let (trace_text, span_text) = (labels[t].1, labels[s].1);
+    if trace_text == 0 || span_text == 0 {
+        return (0, Vec::new());
+    }
+    match links::parse_link(&text(builder, trace_text), &text(builder, span_text)) {
+        Some(link) => (builder.link(link), vec![t, s]),
+        None => (0, Vec::new()),
     }
 }

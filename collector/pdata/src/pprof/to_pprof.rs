@@ -12,6 +12,7 @@ use hashbrown::{HashMap as FastMap, HashSet};
 use profcol_proto::otlp::common::v1::{AnyValue, KeyValue, any_value::Value};
 
 use super::PprofError;
+use super::links::{SPAN_ID_LABEL, TRACE_ID_LABEL};
 use crate::attributes::{
     any_value_to_string, array_values, attribute_value, semconv, value_to_string,
 };
@@ -663,24 +664,35 @@ impl<'a> PprofWriter<'a> {
         let d = self.d;
         let mut labels = Vec::new();
         let mut keys: Vec<&str> = Vec::new();
+        // The key of each label so far, to place the link's labels by.
+        let mut label_keys: Vec<&str> = Vec::new();
         for a in s.attribute_indices.iter() {
-            keys.push(d.string(d.attribute(a).key_strindex));
-            labels.extend(self.attribute_labels(a));
+            let key = d.string(d.attribute(a).key_strindex);
+            keys.push(key);
+            let made = self.attribute_labels(a);
+            label_keys.extend(std::iter::repeat_n(key, made.len()));
+            labels.extend(made);
         }
         if s.link_index != 0 {
             let link = d.link(s.link_index);
+            // Each goes before the first label whose key sorts after its own: labels that
+            // came in sorted by key (as Go's runtime writes them) go out as they came.
             for (key, bytes) in [
-                ("trace_id", &link.trace_id[..]),
-                ("span_id", &link.span_id[..]),
+                (SPAN_ID_LABEL, &link.span_id[..]),
+                (TRACE_ID_LABEL, &link.trace_id[..]),
             ] {
-                let key = self.string_ref(key);
-                let str = self.string_owned(hex::encode(bytes));
-                labels.push(Label {
-                    key,
-                    str,
+                let at = label_keys
+                    .iter()
+                    .position(|&k| k > key)
+                    .unwrap_or(label_keys.len());
+                let label = Label {
+                    key: self.string_ref(key),
+                    str: self.string_owned(hex::encode(bytes)),
                     num: 0,
                     num_unit: 0,
-                });
+                };
+                labels.insert(at, label);
+                label_keys.insert(at, key);
             }
         }
         if self.resource_labels.is_none() {

@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use profcol_core::pdata::attributes::value_to_string;
+use profcol_core::pdata::pprof::{SPAN_ID_LABEL, TRACE_ID_LABEL};
 use profcol_core::pdata::types::KeyValue;
 use profcol_core::pdata::{
     Dictionary, LocationRef, MappingRef, Profile, ProfileBatch, SampleRef, any_value_to_string,
@@ -263,7 +264,8 @@ struct Builder<'a> {
     label_sets: Vec<Vec<(u32, u32)>>,
     /// Per resource, sample attribute indices (packed, as the model holds them) → label
     /// set: looked up by the sample's own bytes, so a sample seen before allocates nothing.
-    label_cache: HashMap<usize, HashMap<Vec<u8>, u32>>,
+    /// Label set ids by (resource, link index), then by packed attribute indices.
+    label_cache: HashMap<(usize, i32), HashMap<Vec<u8>, u32>>,
     sample_attr_cache: HashMap<i32, Option<(u32, u32)>>,
     series_ids: HashMap<Series, u32>,
     series: Vec<Series>,
@@ -372,10 +374,11 @@ impl<'a> Builder<'a> {
         resource: usize,
         base: &[(u32, u32)],
         attrs: profcol_core::pdata::Indices<'_>,
+        link_index: i32,
     ) -> u32 {
         if let Some(&id) = self
             .label_cache
-            .get(&resource)
+            .get(&(resource, link_index))
             .and_then(|sets| sets.get(attrs.as_bytes()))
         {
             return id;
@@ -390,6 +393,19 @@ impl<'a> Builder<'a> {
                 by_name.insert(n, v);
             }
         }
+        // The span a sample ran under, as the labels pprof carries it by, so that Parca
+        // can group and filter by trace.
+        if link_index > 0 {
+            let link = self.dict.link(link_index);
+            for (key, id) in [
+                (TRACE_ID_LABEL, hex::encode(link.trace_id)),
+                (SPAN_ID_LABEL, hex::encode(link.span_id)),
+            ] {
+                if let Some((n, v)) = self.label(key, id) {
+                    by_name.insert(n, v);
+                }
+            }
+        }
         let mut set: Vec<(u32, u32)> = by_name.into_iter().collect();
         set.sort_unstable();
         let id = match self.label_set_ids.get(&set) {
@@ -402,7 +418,7 @@ impl<'a> Builder<'a> {
             }
         };
         self.label_cache
-            .entry(resource)
+            .entry((resource, link_index))
             .or_default()
             .insert(attrs.as_bytes().to_vec(), id);
         id
@@ -466,7 +482,12 @@ impl<'a> Builder<'a> {
                 .iter()
                 .min()
                 .map_or(profile_time, |t| i64::try_from(t).unwrap_or(i64::MAX));
-            let labels = self.label_set(place.resource, place.labels, sample.attribute_indices);
+            let labels = self.label_set(
+                place.resource,
+                place.labels,
+                sample.attribute_indices,
+                sample.link_index,
+            );
             let stack = self.stack(sample.stack_index);
             self.rows.push(Row {
                 labels,

@@ -56,7 +56,13 @@ fn cpu_profile(b: &mut DictionaryBuilder, samples: Vec<Sample>) -> Profile {
 /// Two processes as the eBPF receiver emits them: a native unsymbolized frame, a
 /// symbolized one with an inlined function, kernel frames with and without a symbol.
 fn ebpf_batch() -> ProfileBatch {
+    ebpf_batch_linking(None)
+}
+
+/// [`ebpf_batch`], its second sample linked to the span `(trace id, span id)` if given.
+fn ebpf_batch_linking(link: Option<([u8; 16], [u8; 8])>) -> ProfileBatch {
     let mut b = DictionaryBuilder::new();
+    let link_index = link.map_or(0, |(trace, span)| b.link(&trace, &span));
     let frame = |b: &mut DictionaryBuilder, t: &str| {
         b.attribute_kv(semconv::FRAME_TYPE, AttrValue::StringValue(t.into()), "")
     };
@@ -148,6 +154,7 @@ fn ebpf_batch() -> ProfileBatch {
             Sample {
                 stack_index: s2,
                 timestamps_unix_nano: vec![T0 + 30],
+                link_index,
                 ..Default::default()
             },
         ],
@@ -561,6 +568,29 @@ fn v2_values_labels_and_stacks_equal_what_went_in_for_every_compression() {
     // Compressed streams differ from the plain one (their buffers carry a length prefix).
     assert_ne!(sizes[0], sizes[1]);
     assert_ne!(sizes[0], sizes[2]);
+}
+
+#[test]
+fn a_linked_sample_carries_its_trace_and_span_as_labels() {
+    let (trace, span) = ([0xab; 16], [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]);
+    let ipc = encode_v2(&ebpf_batch_linking(Some((trace, span))), Compression::None).expect("v2");
+    let rows = v2_rows(&read(&ipc));
+    let linked: Vec<&BTreeMap<String, String>> = rows
+        .iter()
+        .map(|r| &r.0)
+        .filter(|l| l.contains_key("trace_id"))
+        .collect();
+    assert_eq!(
+        linked,
+        [&labels(&[
+            ("process_pid", "42"),
+            ("service_name", "cart"),
+            ("span_id", "0123456789abcdef"),
+            ("trace_id", "abababababababababababababababab"),
+        ])],
+        "only the linked sample, beside its resource's labels"
+    );
+    assert_eq!(rows.len(), 3, "the link does not split or join rows");
 }
 
 #[test]

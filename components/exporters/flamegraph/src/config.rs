@@ -30,6 +30,9 @@ pub struct Config {
     pub max_services: usize,
     /// The title template: `{service}`, `{type}`, `{unit}`, `{start}`, `{end}`, `{samples}`.
     pub title: String,
+    /// When set (32 hex digits), only samples linked to a span of this trace are drawn:
+    /// one graph per service and sample type of what that trace ran. Empty: every sample.
+    pub trace_id: String,
 }
 
 impl Default for Config {
@@ -41,6 +44,7 @@ impl Default for Config {
             max_age: Duration::ZERO,
             max_services: DEFAULT_MAX_SERVICES,
             title: "{service} {type} {unit} {start}".to_owned(),
+            trace_id: String::new(),
         }
     }
 }
@@ -60,6 +64,29 @@ impl Validate for Config {
         if let Err(e) = Title::parse(&self.title) {
             errors.push(ConfigError::new("title", e.to_string()));
         }
+        if let Err(e) = self.trace_filter() {
+            errors.push(ConfigError::new("trace_id", e));
+        }
         errors
+    }
+}
+
+impl Config {
+    /// The trace whose samples alone are drawn, if `trace_id` names one.
+    pub fn trace_filter(&self) -> Result<Option<[u8; 16]>, String> {
+        if self.trace_id.is_empty() {
+            return Ok(None);
+        }
+        let mut id = [0u8; 16];
+        if self.trace_id.len() != 32 || hex::decode_to_slice(&self.trace_id, &mut id).is_err() {
+            return Err(format!(
+                "{:?} is not a trace id (32 hex digits, as in a W3C traceparent)",
+                self.trace_id
+            ));
+        }
+        if id == [0; 16] {
+            return Err("the all-zero trace id is invalid".to_owned());
+        }
+        Ok(Some(id))
     }
 }

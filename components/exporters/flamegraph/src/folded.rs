@@ -3,8 +3,8 @@
 use std::collections::{HashMap, HashSet};
 
 use profcol_core::pdata::Dictionary;
-use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::summary::{frame_names, sample_value};
+use profcol_core::pdata::{ProfileBatch, SampleRef};
 
 /// The service of a resource with no `service.name`, as OpenTelemetry names it.
 pub const UNKNOWN_SERVICE: &str = "unknown_service";
@@ -58,6 +58,8 @@ pub(crate) struct Accumulator {
     line_bytes: usize,
     /// Samples summed into [`OTHER_STACKS`] this interval.
     pub(crate) over_cap: u64,
+    /// When set, only samples linked to this trace are drawn.
+    only_trace: Option<[u8; 16]>,
 }
 
 /// The service a resource belongs to (semantic-convention default included).
@@ -100,6 +102,14 @@ fn clean_frame(name: &str) -> String {
 }
 
 impl Accumulator {
+    /// An accumulator that draws only the samples linked to `trace` (all when None).
+    pub fn for_trace(trace: Option<[u8; 16]>) -> Self {
+        Accumulator {
+            only_trace: trace,
+            ..Accumulator::default()
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.graphs.is_empty()
     }
@@ -114,11 +124,17 @@ impl Accumulator {
         let mut lines: HashMap<i32, String> = HashMap::new();
         let mut lines_bytes = 0usize;
         let (mut line_bytes, mut over_cap) = (self.line_bytes, self.over_cap);
+        let only_trace = self.only_trace;
         for rp in batch.resource_profiles() {
             let attributes = rp.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
             let service = service_name(attributes);
             for p in rp.scope_profiles.iter().flat_map(|sp| &sp.profiles) {
-                if p.samples.is_empty() || !admit(&service) {
+                let wanted = |s: &SampleRef<'_>| {
+                    only_trace
+                        .is_none_or(|t| s.link_index != 0 && d.link(s.link_index).trace_id == t)
+                };
+                // A profile none of whose samples are wanted makes no graph.
+                if !p.samples.iter().any(|s| wanted(&s)) || !admit(&service) {
                     continue;
                 }
                 let st = p.sample_type;
@@ -133,6 +149,9 @@ impl Accumulator {
                 graph.start_nanos = graph.start_nanos.min(start);
                 graph.end_nanos = graph.end_nanos.max(end);
                 for s in p.samples.iter() {
+                    if !wanted(&s) {
+                        continue;
+                    }
                     graph.samples += 1;
                     let Ok(value) = u64::try_from(sample_value(&s)) else {
                         continue;

@@ -107,7 +107,7 @@ impl FlamegraphExporter {
             inner: Arc::new(Inner {
                 id: id.to_owned(),
                 interval: config.interval,
-                accumulator: StdMutex::default(),
+                accumulator: StdMutex::new(Accumulator::for_trace(config.trace_filter()?)),
                 services: StdMutex::new(services),
                 store: Arc::new(StdMutex::new(store)),
                 closed: AtomicBool::new(false),

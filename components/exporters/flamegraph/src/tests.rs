@@ -194,6 +194,7 @@ fn testdata_config_parses() {
             max_age: Duration::from_secs(7 * 24 * 3600),
             max_services: 50,
             title: "{service}: {type} in {unit}, {start} to {end} ({samples} samples)".into(),
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
         }
     );
     assert!(c.validate().is_empty());
@@ -1037,4 +1038,119 @@ async fn stale_temp_files_are_swept_at_start_and_files_are_private() {
         assert_eq!(mode(&fresh.join(&f)), 0o600, "{f}");
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A pprof of `main` calling each `(function, trace id)` once, the trace given as the
+/// `trace_id`/`span_id` labels that become the sample's link.
+fn traced_batch(calls: &[(&str, Option<&str>)]) -> ProfileBatch {
+    let mut p = pp::Profile {
+        string_table: vec![String::new()],
+        ..Default::default()
+    };
+    let s = |p: &mut pp::Profile, text: &str| -> i64 {
+        p.string_table.push(text.to_owned());
+        p.string_table.len() as i64 - 1
+    };
+    let (samples, count) = (s(&mut p, "samples"), s(&mut p, "count"));
+    p.sample_type = vec![pp::ValueType {
+        r#type: samples,
+        unit: count,
+    }];
+    let function = |p: &mut pp::Profile, name: &str| -> u64 {
+        let name = s(p, name);
+        let id = p.function.len() as u64 + 1;
+        p.function.push(pp::Function {
+            id,
+            name,
+            ..Default::default()
+        });
+        p.location.push(pp::Location {
+            id,
+            line: vec![pp::Line {
+                function_id: id,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        id
+    };
+    let main = function(&mut p, "main");
+    let (trace_key, span_key) = (s(&mut p, "trace_id"), s(&mut p, "span_id"));
+    let span = s(&mut p, "00f067aa0ba902b7");
+    for &(name, trace) in calls {
+        let leaf = function(&mut p, name);
+        let label = match trace {
+            Some(t) => {
+                let t = s(&mut p, t);
+                vec![
+                    pp::Label {
+                        key: span_key,
+                        str: span,
+                        ..Default::default()
+                    },
+                    pp::Label {
+                        key: trace_key,
+                        str: t,
+                        ..Default::default()
+                    },
+                ]
+            }
+            None => vec![],
+        };
+        p.sample.push(pp::Sample {
+            location_id: vec![leaf, main],
+            value: vec![1],
+            label,
+        });
+    }
+    pprof_to_batch(&prost::Message::encode_to_vec(&p), ToOtlpOptions::default())
+        .expect("translates")
+}
+
+#[test]
+fn a_trace_filter_draws_only_that_traces_samples() {
+    const A: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const B: &str = "0af7651916cd43dd8448eb211c80319c";
+    let batch = traced_batch(&[("a", Some(A)), ("b", Some(B)), ("c", None), ("a2", Some(A))]);
+    let config = parse(&format!("directory: /tmp/x\ntrace_id: {A}")).expect("valid");
+    let mut acc = Accumulator::for_trace(config.trace_filter().expect("an id"));
+    acc.add(&batch, T0, &mut |_| true);
+    let s = |t: &str| t.to_owned();
+    assert_eq!(
+        drawn(&acc.take()),
+        [(
+            s("samples"),
+            s("count"),
+            vec![(s("main;a"), 1), (s("main;a2"), 1)],
+            2,
+            2
+        )]
+    );
+    // A batch with nothing of the trace makes no graph at all.
+    acc.add(
+        &traced_batch(&[("b", Some(B)), ("c", None)]),
+        T0,
+        &mut |_| true,
+    );
+    assert!(acc.is_empty());
+    // Without the filter, every sample.
+    let mut all = Accumulator::default();
+    all.add(&batch, T0, &mut |_| true);
+    assert_eq!(all.take()[0].samples, 4);
+}
+
+#[test]
+fn a_trace_id_that_is_not_one_is_refused() {
+    for bad in [
+        "abc",
+        "4bf92f3577b34da6a3ce929d0e0e473g",
+        "00000000000000000000000000000000",
+    ] {
+        let config = parse(&format!("directory: /tmp/x\ntrace_id: \"{bad}\"")).expect("parses");
+        let errors = config.validate();
+        assert!(
+            errors.iter().any(|e| e.to_string().contains("trace_id")),
+            "{bad}: {errors:?}"
+        );
+    }
 }

@@ -203,10 +203,14 @@ service:
     );
     let c = Collector::start(&dir, "c", &config, health, metrics);
     // Three spans' worth of linked samples, from at least two scrapes' CPU profiles.
+    // What passed is kept: the file is being written, and a later read can end mid-frame.
+    let mut last = None;
     let ok = eventually(Duration::from_secs(45), || {
-        seen(&out).is_some_and(|s| s.links.len() >= 3 && !s.lone_span_ids.is_empty())
+        last = seen(&out);
+        last.as_ref()
+            .is_some_and(|s| s.links.len() >= 3 && !s.lone_span_ids.is_empty())
     });
-    let seen = seen(&out).unwrap_or_default();
+    let seen = last.unwrap_or_default();
     assert!(ok, "too few linked samples: {seen:?}\n{}", c.logs());
     let (traced, alone) = logged_spans(&span_log);
     for link in &seen.links {
@@ -226,6 +230,7 @@ service:
     }
     // The pprof exporter writes each link back as the labels it came from.
     let wanted: HashSet<(String, String)> = seen.links.iter().cloned().collect();
+    assert!(wanted.len() >= 3, "{seen:?}");
     let ok = eventually(Duration::from_secs(15), || {
         let written: HashSet<(String, String)> = pprof_labels(&pprof_dir)
             .into_iter()
@@ -243,8 +248,13 @@ service:
     });
     assert!(ok, "pprof files lack the links' labels\n{}", c.logs());
     // Go's runtime writes labels sorted by key, and so do we around a link.
-    for labels in pprof_labels(&pprof_dir) {
-        if labels.iter().any(|(k, _)| k == "trace_id") {
+    let linked: Vec<_> = pprof_labels(&pprof_dir)
+        .into_iter()
+        .filter(|labels| labels.iter().any(|(k, _)| k == "trace_id"))
+        .collect();
+    assert!(!linked.is_empty());
+    for labels in linked {
+        {
             let keys: Vec<&str> = labels.iter().map(|(k, _)| k.as_str()).collect();
             let mut sorted = keys.clone();
             sorted.sort_unstable();

@@ -9,8 +9,8 @@
 //! without its trace (an all-zero trace id is the invalid one), so a lone `span_id` is an
 //! attribute and goes back out as the label it was.
 //!
-//! Links go back out as `trace_id` and `span_id`, the spelling every SDK the OTel
-//! profiling work names reads; `otel.trace_id` / `otel.span_id` come back in that spelling.
+//! Links go back out as `trace_id` and `span_id`: `otel.trace_id` / `otel.span_id` (or a
+//! mix of both spellings) come back spelled `trace_id` / `span_id`.
 
 use crate::rows::Link;
 

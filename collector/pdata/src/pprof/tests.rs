@@ -1377,6 +1377,69 @@ mod links {
         assert_eq!(labels, 200);
     }
 
+    #[test]
+    fn a_link_beside_a_same_named_attribute_or_with_a_zero_id_writes_each_key_once() {
+        let mut b = DictionaryBuilder::new();
+        let f = b.string("main.work");
+        let func = b.function(Function {
+            name_strindex: f,
+            ..Default::default()
+        });
+        let loc = b.location(Location {
+            lines: vec![Line {
+                function_index: func,
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let stack = b.stack(&[loc]);
+        let trace = hex::decode(TRACE).expect("hex");
+        let span = hex::decode(SPAN).expect("hex");
+        let link = b.link(&trace, &span);
+        let zero_trace = b.link(&[0; 16], &span);
+        let stale = b.attribute_kv("span_id", Value::StringValue("b7ad6b7169203331".into()), "");
+        let vt = ValueType {
+            type_strindex: b.string("samples"),
+            unit_strindex: b.string("count"),
+        };
+        let sample = |link_index, attribute_indices| Sample {
+            stack_index: stack,
+            link_index,
+            attribute_indices,
+            values: vec![1],
+            ..Default::default()
+        };
+        let batch = batch_from_wire(
+            b.finish(),
+            vec![ResourceProfiles {
+                scope_profiles: vec![ScopeProfiles {
+                    profiles: vec![Profile {
+                        sample_type: Some(vt),
+                        samples: vec![sample(link, vec![stale]), sample(zero_trace, vec![])],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        );
+        let out = batch_to_pprof(&batch, &ToPprofOptions::default()).expect("translates");
+        let mut got = sample_labels(&out[0].profile);
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                // The invalid link's zero trace id is not written.
+                vec![("span_id".to_owned(), SPAN.to_owned())],
+                // The link's span id replaces the attribute's.
+                vec![
+                    ("span_id".to_owned(), SPAN.to_owned()),
+                    ("trace_id".to_owned(), TRACE.to_owned())
+                ],
+            ]
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
 

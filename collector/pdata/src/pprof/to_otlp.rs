@@ -746,7 +746,7 @@ impl LabelTranslator {
         // Group by key text, in order of first appearance (OTLP lets a list name a key
         // once). Label sets are small and translated once each.
         let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
-        let (link, link_labels) = link_of(builder, labels, &text);
+        let (link, link_labels) = link_of(builder, h, labels).unwrap_or((0, [usize::MAX; 2]));
         for (i, l) in labels.iter().enumerate() {
             if link_labels.contains(&i) {
                 continue;
@@ -826,29 +826,44 @@ impl LabelTranslator {
 }
 
 /// The link a label set spells, interned, and the positions of the two labels that spell
-/// it; `(0, [])` when the set holds no single canonical trace id and span id pair.
+/// it; None when the set holds no single canonical trace id and span id pair. Reads the
+/// strings in place: with span context nearly every label set is new.
 fn link_of(
     builder: &mut DictionaryBuilder,
+    h: &Header,
     labels: &[Label],
-    text: &dyn Fn(&DictionaryBuilder, i64) -> String,
-) -> (i32, Vec<usize>) {
-    let (mut trace, mut span) = (Vec::new(), Vec::new());
+) -> Option<(i32, [usize; 2])> {
+    let text = |b: &DictionaryBuilder, i: i64| -> String {
+        let index = usize::try_from(i)
+            .ok()
+            .and_then(|i| h.strings.get(i))
+            .copied();
+        b.dictionary().string(index.unwrap_or(0)).to_owned()
+    };
+    let part = |b: &DictionaryBuilder, i: i64| {
+        let index = usize::try_from(i)
+            .ok()
+            .and_then(|i| h.strings.get(i))
+            .copied();
+        links::link_part(b.dictionary().string(index.unwrap_or(0)))
+    };
+    let (mut trace, mut span) = (None, None);
     for (i, &(key, _, _, _)) in labels.iter().enumerate() {
-        match links::link_part(&text(builder, key)) {
-            Some(LinkPart::Trace) => trace.push(i),
-            Some(LinkPart::Span) => span.push(i),
-            None => {}
+        let slot = match part(builder, key) {
+            Some(LinkPart::Trace) => &mut trace,
+            Some(LinkPart::Span) => &mut span,
+            None => continue,
+        };
+        if slot.replace(i).is_some() {
+            // Given twice: not one span context.
+            return None;
         }
     }
-    let (&[t], &[s]) = (&trace[..], &span[..]) else {
-        return (0, Vec::new());
-    };
+    let (t, s) = (trace?, span?);
     let (trace_text, span_text) = (labels[t].1, labels[s].1);
     if trace_text == 0 || span_text == 0 {
-        return (0, Vec::new());
+        return None;
     }
-    match links::parse_link(&text(builder, trace_text), &text(builder, span_text)) {
-        Some(link) => (builder.link(link), vec![t, s]),
-        None => (0, Vec::new()),
-    }
+    let link = links::parse_link(&text(builder, trace_text), &text(builder, span_text))?;
+    Some((builder.link(link), [t, s]))
 }

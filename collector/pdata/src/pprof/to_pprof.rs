@@ -676,11 +676,21 @@ impl<'a> PprofWriter<'a> {
         if s.link_index != 0 {
             let link = d.link(s.link_index);
             // Each goes before the first label whose key sorts after its own: labels that
-            // came in sorted by key (as Go's runtime writes them) go out as they came.
+            // came in sorted by key (as Go's runtime writes them) go out as they came. A
+            // zero id (an invalid link) is not written; the link's keys win over an
+            // attribute or resource label of the same name, so each key is given once.
             for (key, bytes) in [
                 (SPAN_ID_LABEL, &link.span_id[..]),
                 (TRACE_ID_LABEL, &link.trace_id[..]),
             ] {
+                if bytes.iter().all(|&b| b == 0) {
+                    continue;
+                }
+                keys.push(key);
+                while let Some(at) = label_keys.iter().position(|&k| k == key) {
+                    label_keys.remove(at);
+                    labels.remove(at);
+                }
                 let at = label_keys
                     .iter()
                     .position(|&k| k > key)

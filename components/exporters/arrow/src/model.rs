@@ -262,9 +262,9 @@ struct Builder<'a> {
     values: Interner,
     label_set_ids: HashMap<Vec<(u32, u32)>, u32>,
     label_sets: Vec<Vec<(u32, u32)>>,
-    /// Per resource, sample attribute indices (packed, as the model holds them) → label
-    /// set: looked up by the sample's own bytes, so a sample seen before allocates nothing.
-    /// Label set ids by (resource, link index), then by packed attribute indices.
+    /// Per (resource, link index), sample attribute indices (packed, as the model holds
+    /// them) → label set: looked up by the sample's own bytes, so a sample seen before
+    /// allocates nothing.
     label_cache: HashMap<(usize, i32), HashMap<Vec<u8>, u32>>,
     sample_attr_cache: HashMap<i32, Option<(u32, u32)>>,
     series_ids: HashMap<Series, u32>,
@@ -398,10 +398,13 @@ impl<'a> Builder<'a> {
         if link_index > 0 {
             let link = self.dict.link(link_index);
             for (key, id) in [
-                (TRACE_ID_LABEL, hex::encode(link.trace_id)),
-                (SPAN_ID_LABEL, hex::encode(link.span_id)),
+                (TRACE_ID_LABEL, &link.trace_id[..]),
+                (SPAN_ID_LABEL, &link.span_id[..]),
             ] {
-                if let Some((n, v)) = self.label(key, id) {
+                if id.iter().all(|&b| b == 0) {
+                    continue;
+                }
+                if let Some((n, v)) = self.label(key, hex::encode(id)) {
                     by_name.insert(n, v);
                 }
             }

@@ -14,6 +14,9 @@ pub mod exporterhelper;
 pub mod host_executables;
 pub mod net;
 pub mod pdata;
+
+/// JFR recordings into the model.
+pub use profcol_jfr as jfr;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod service;

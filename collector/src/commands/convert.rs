@@ -18,7 +18,7 @@ pub enum Target {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Input file (pprof plain or gzipped, OTLP protobuf, OTLP/JSON), or - for stdin.
+    /// Input file (pprof plain or gzipped, OTLP protobuf, OTLP/JSON, JFR), or - for stdin.
     input: String,
     /// Output format.
     #[arg(long = "to", value_enum)]

@@ -6,7 +6,7 @@ use serde_json::json;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Profile file (pprof plain or gzipped, OTLP protobuf, OTLP/JSON), or - for stdin.
+    /// Profile file (pprof plain or gzipped, OTLP protobuf, OTLP/JSON, JFR), or - for stdin.
     file: String,
     /// Print one JSON object instead of text.
     #[arg(long)]

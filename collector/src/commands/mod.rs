@@ -7,6 +7,7 @@ pub mod run;
 pub mod wire_size;
 
 use anyhow::Context as _;
+use profcol_core::jfr::{JfrOptions, jfr_to_batch};
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::codec::{Decoded, Format, decode_any};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
@@ -41,6 +42,8 @@ pub fn load(
             pprof_to_batch(&profile, options)
                 .with_context(|| format!("{path}: invalid pprof profile"))?
         }
+        Decoded::Jfr(recording) => jfr_to_batch(&recording, JfrOptions::default())
+            .with_context(|| format!("{path}: invalid JFR recording"))?,
     };
     Ok((format, batch))
 }

@@ -71,6 +71,8 @@ pub enum Format {
     Pprof,
     OtlpProtobuf,
     OtlpJson,
+    /// A Java Flight Recorder recording.
+    Jfr,
 }
 
 impl Format {
@@ -79,6 +81,7 @@ impl Format {
             Format::Pprof => "pprof",
             Format::OtlpProtobuf => "otlp",
             Format::OtlpJson => "otlp-json",
+            Format::Jfr => "jfr",
         }
     }
 }
@@ -186,6 +189,9 @@ pub fn detect(bytes: &[u8]) -> Result<Format, DecodeError> {
     if *first == b'{' {
         return Ok(Format::OtlpJson);
     }
+    if profcol_jfr::is_jfr(bytes) {
+        return Ok(Format::Jfr);
+    }
     let mut rest = bytes;
     let mut highest_field = 0;
     while !rest.is_empty() {
@@ -225,6 +231,8 @@ pub enum Decoded {
     /// options; the translation reads them directly.
     Pprof(Vec<u8>),
     Otlp(ProfileBatch),
+    /// Plain JFR bytes, for `jfr::jfr_to_batch`.
+    Jfr(Vec<u8>),
 }
 
 /// Decodes bytes of any supported format (gzip or plain).
@@ -238,6 +246,7 @@ pub fn decode_any(bytes: &[u8], max_decompressed: usize) -> Result<(Format, Deco
         Format::Pprof => Decoded::Pprof(plain.into_owned()),
         Format::OtlpProtobuf => Decoded::Otlp(ProfileBatch::decode(&plain)?),
         Format::OtlpJson => Decoded::Otlp(ProfileBatch::from_json(&plain)?),
+        Format::Jfr => Decoded::Jfr(plain.into_owned()),
     };
     Ok((format, decoded))
 }
@@ -250,6 +259,7 @@ pub fn plain_pprof(bytes: &[u8], max_decompressed: usize) -> Result<Vec<u8>, Dec
         Format::Pprof => Ok(plain.into_owned()),
         other => Err(DecodeError::UnknownFormat(match other {
             Format::OtlpJson => "expected pprof, found JSON",
+            Format::Jfr => "expected pprof, found a JFR recording",
             _ => "expected pprof, found a protobuf message with no pprof fields",
         })),
     }

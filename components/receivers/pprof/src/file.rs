@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use profcol_core::component::Refused;
+use profcol_core::jfr::{JfrOptions, jfr_to_batch};
 use profcol_core::pdata::ProfileBatch;
-use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, plain_pprof};
+use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, Decoded, decode_any};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::telemetry::{Counter, Telemetry};
 use tokio::time::MissedTickBehavior;
@@ -38,6 +39,10 @@ pub(crate) enum FileError {
     Decode(profcol_core::pdata::codec::DecodeError),
     #[error("invalid pprof profile: {0}")]
     Translate(profcol_core::pdata::pprof::PprofError),
+    #[error("invalid JFR recording: {0}")]
+    Jfr(profcol_core::jfr::JfrError),
+    #[error("an OTLP file; this receiver reads pprof and JFR")]
+    NotPprof,
 }
 
 /// What identifies one version of a file.
@@ -202,18 +207,32 @@ fn read_file(path: &Path) -> Result<Option<ProfileBatch>, FileError> {
         return Err(FileError::TooLarge);
     }
     let bytes = std::fs::read(path).map_err(FileError::Read)?;
-    let profile = plain_pprof(&bytes, DEFAULT_MAX_DECOMPRESSED_BYTES).map_err(FileError::Decode)?;
-    let batch = pprof_to_batch(
-        &profile,
-        ToOtlpOptions {
-            resource_attributes: Vec::new(),
-            scope: Some(scope(
-                SCOPE_FILE,
-                vec![string_kv(FILE_PATH_ATTRIBUTE, &path.to_string_lossy())],
-            )),
-            original_payload: None,
-        },
-    )
-    .map_err(FileError::Translate)?;
+    let file_scope = scope(
+        SCOPE_FILE,
+        vec![string_kv(FILE_PATH_ATTRIBUTE, &path.to_string_lossy())],
+    );
+    // pprof or JFR (gzipped or not), told apart by their bytes, not by the file's name.
+    let (_, decoded) =
+        decode_any(&bytes, DEFAULT_MAX_DECOMPRESSED_BYTES).map_err(FileError::Decode)?;
+    let batch = match decoded {
+        Decoded::Pprof(profile) => pprof_to_batch(
+            &profile,
+            ToOtlpOptions {
+                resource_attributes: Vec::new(),
+                scope: Some(file_scope),
+                original_payload: None,
+            },
+        )
+        .map_err(FileError::Translate)?,
+        Decoded::Jfr(recording) => jfr_to_batch(
+            &recording,
+            JfrOptions {
+                scope: Some(file_scope),
+                ..JfrOptions::default()
+            },
+        )
+        .map_err(FileError::Jfr)?,
+        Decoded::Otlp(_) => return Err(FileError::NotPprof),
+    };
     Ok((batch.sample_count() > 0).then_some(batch))
 }

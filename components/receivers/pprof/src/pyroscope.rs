@@ -21,6 +21,7 @@ use crate::endpoint::RequestError;
 use crate::form::{multipart_boundary, param, parse_multipart, query_params};
 use crate::{SCOPE_INGEST, SCOPE_PUSH, scope, string_kv};
 use profcol_core::decode_budget::DecodePermit;
+use profcol_core::jfr::{JfrOptions, LabelsSnapshot, jfr_to_batch};
 use profcol_core::pdata::limits::MAX_ATTRIBUTES_PER_LIST;
 
 /// The resource attribute `__name__` (the profile family, as `process_cpu`) goes to.
@@ -228,7 +229,8 @@ fn apply_time_range(profiles: &mut [Profile], from: Option<i64>, until: Option<i
 }
 
 /// `POST /ingest?name=...&format=pprof&from=&until=`: a raw pprof body or a form with
-/// `profile` (and optionally `sample_type_config`; `prev_profile` is ignored).
+/// `profile` (and optionally `sample_type_config`; `prev_profile` is ignored). With
+/// `format=jfr`, a JFR recording: raw, or the Java agent's form with `jfr` and `labels`.
 pub(crate) fn ingest(
     uri: &http::Uri,
     headers: &HeaderMap,
@@ -240,9 +242,12 @@ pub(crate) fn ingest(
     let format = param(&params, "format")
         .map(str::trim)
         .filter(|f| !f.is_empty());
-    if let Some(format) = format.filter(|f| !f.eq_ignore_ascii_case("pprof")) {
+    let jfr = format.is_some_and(|f| f.eq_ignore_ascii_case("jfr"));
+    if let Some(format) =
+        format.filter(|f| !f.eq_ignore_ascii_case("pprof") && !f.eq_ignore_ascii_case("jfr"))
+    {
         return Err(RequestError::Invalid(format!(
-            "format {format} is not supported; send pprof"
+            "format {format} is not supported; send pprof or jfr"
         )));
     }
     let name = param(&params, "name").ok_or_else(|| {
@@ -259,6 +264,14 @@ pub(crate) fn ingest(
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
         .unwrap_or_default();
     let boundary = multipart_boundary(&content_type).map_err(RequestError::Invalid)?;
+    let mut origin = Origin::default();
+    origin.set(semconv::SERVICE_NAME, &app.name);
+    for (k, v) in &app.labels {
+        origin.label(k, v);
+    }
+    if jfr {
+        return ingest_jfr(&params, &origin, body, boundary.as_deref(), limit, permit);
+    }
     let (profile_bytes, config) = match &boundary {
         Some(boundary) => {
             let parts = parse_multipart(body, boundary).map_err(RequestError::Invalid)?;
@@ -276,11 +289,6 @@ pub(crate) fn ingest(
         None => HashMap::new(),
     };
 
-    let mut origin = Origin::default();
-    origin.set(semconv::SERVICE_NAME, &app.name);
-    for (k, v) in &app.labels {
-        origin.label(k, v);
-    }
     pprof_to_batch_with(
         &profile,
         ToOtlpOptions {
@@ -299,6 +307,58 @@ pub(crate) fn ingest(
             "invalid pprof profile: {e} (no format was given; Pyroscope's default, folded, is not supported: send format=pprof)"
         )),
     })
+}
+
+/// `format=jfr`: the recording (a raw body, or the `jfr` field of the form Pyroscope's
+/// Java agent sends, with its contextual labels in `labels`), gzipped or not.
+fn ingest_jfr(
+    params: &[(String, String)],
+    origin: &Origin,
+    body: &[u8],
+    boundary: Option<&str>,
+    limit: usize,
+    permit: &mut DecodePermit,
+) -> Result<ProfileBatch, RequestError> {
+    let (recording, labels) = match boundary {
+        Some(boundary) => {
+            let parts = parse_multipart(body, boundary).map_err(RequestError::Invalid)?;
+            let field = |name: &str| parts.iter().find(|p| p.name == name).map(|p| p.body);
+            let recording = field("jfr")
+                .ok_or_else(|| RequestError::Invalid("the form has no \"jfr\" field".to_owned()))?;
+            (recording, field("labels"))
+        }
+        None => (body, None),
+    };
+    let recording = decode(recording, limit, permit)?;
+    let labels =
+        match labels {
+            Some(bytes) => {
+                let plain = decode(bytes, limit, permit)?;
+                Some(LabelsSnapshot::decode(&plain).map_err(|e| {
+                    RequestError::Invalid(format!("the form's \"labels\" field: {e}"))
+                })?)
+            }
+            None => None,
+        };
+    let sample_rate = match param(params, "sampleRate")
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    {
+        None => None,
+        Some(v) => Some(v.parse::<u32>().map_err(|_| {
+            RequestError::Invalid(format!("sampleRate={v:?}: expected samples per second"))
+        })?),
+    };
+    jfr_to_batch(
+        &recording,
+        JfrOptions {
+            resource_attributes: origin.attributes().to_vec(),
+            scope: Some(origin.scope(SCOPE_INGEST)),
+            labels,
+            sample_rate,
+        },
+    )
+    .map_err(|e| RequestError::Invalid(format!("invalid JFR recording: {e}")))
 }
 
 /// `POST /push.v1.PusherService/Push`: every series' labels become one resource, each of

@@ -116,3 +116,43 @@ async fn a_full_pipeline_leaves_the_file_for_the_next_interval() {
     assert_eq!(r.counter(FILE_FAILURES_METRIC, &[("receiver", "pprof")]), 0);
     r.stop().await;
 }
+
+#[tokio::test]
+async fn jfr_recordings_are_read_beside_pprof_and_a_broken_one_is_counted() {
+    let dir = TempDir::new("jfr");
+    let jfr = |name: &str| {
+        let path = format!(
+            "{}/../../../testdata/jfr/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let recording = dir.write("app.jfr", &jfr("jdk17-profile.jfr.gz"));
+    dir.write("cut.jfr", &b"FLR\0\0\x02\0\0 cut short"[..]);
+    let mut r = start(
+        Config {
+            file: Some(FileConfig {
+                include: vec![format!("{}/*.jfr", dir.0.display())],
+                interval: Duration::from_millis(150),
+            }),
+            ..Config::default()
+        },
+        8,
+    )
+    .await;
+    let batch = r.next_batch().await;
+    assert_eq!(file_path(&batch), recording.display().to_string());
+    assert_eq!(
+        sample_types(&batch),
+        [
+            "cpu",
+            "alloc_sample_objects",
+            "alloc_sample_bytes",
+            "contentions",
+            "delay"
+        ]
+    );
+    r.assert_quiet(Duration::from_millis(450)).await;
+    assert_eq!(r.counter(FILE_FAILURES_METRIC, &[("receiver", "pprof")]), 1);
+    r.stop().await;
+}

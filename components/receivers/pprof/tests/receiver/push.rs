@@ -401,7 +401,7 @@ async fn ingest_multipart_honours_display_names() {
 #[tokio::test]
 async fn ingest_refuses_other_formats_and_bad_names() {
     let mut r = server(4).await;
-    for format in ["folded", "lines", "jfr"] {
+    for format in ["folded", "lines"] {
         let reply = post(
             addr(&r),
             &format!("/ingest?name=app&format={format}"),
@@ -412,9 +412,23 @@ async fn ingest_refuses_other_formats_and_bad_names() {
         assert_eq!(reply.status, 400);
         assert_eq!(
             reply.text(),
-            format!("format {format} is not supported; send pprof")
+            format!("format {format} is not supported; send pprof or jfr")
         );
     }
+    // A body that is no recording, with format=jfr: one line that says so.
+    let reply = post(
+        addr(&r),
+        "/ingest?name=app&format=jfr",
+        &[],
+        b"foo;bar 1\n".to_vec(),
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    assert!(
+        reply.text().starts_with("invalid JFR recording: ") && reply.text().contains("FLR"),
+        "{}",
+        reply.text()
+    );
     let reply = post(
         addr(&r),
         "/ingest?format=pprof",
@@ -616,5 +630,106 @@ async fn push_errors_are_connect_errors() {
     assert_eq!(reply.status, 415);
     // All or nothing: the valid series of the bad request were not delivered.
     r.assert_quiet(Duration::from_millis(100)).await;
+    r.stop().await;
+}
+
+/// A file of the repository's `testdata/jfr`, as stored.
+fn jfr_fixture(name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/../../../testdata/jfr/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[tokio::test]
+async fn ingest_takes_the_java_agents_jfr_form_with_its_labels() {
+    let mut r = server(4).await;
+    // As Pyroscope's Java agent 2.9.2 sends it: both parts gzipped, the labels a
+    // LabelsSnapshot protobuf.
+    let labels = profcol_core::pdata::codec::gzip_fast(&jfr_fixture("pyroscope-agent-labels.pb"));
+    let body = multipart(
+        "0b7db1b3-d7e7-4c1a-8b27-8366efdce1e8",
+        &[
+            ("jfr", &jfr_fixture("pyroscope-agent.jfr.gz")),
+            ("labels", &labels),
+        ],
+    );
+    let reply = post(
+        addr(&r),
+        "/ingest?name=jfr.demo%7Benv%3Dtest%2Cotel.scope.name%3Dcom.grafana.pyroscope%2Fjava%7D&units=samples&aggregationType=sum&from=1796165746&until=1796165748&spyName=javaspy&sampleRate=100&format=jfr",
+        &[(
+            "content-type",
+            "multipart/form-data; boundary=0b7db1b3-d7e7-4c1a-8b27-8366efdce1e8",
+        )],
+        body,
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    let batch = r.next_batch().await;
+    assert_eq!(
+        sample_types(&batch),
+        [
+            "cpu",
+            "alloc_in_new_tlab_objects",
+            "alloc_in_new_tlab_bytes",
+            "contentions",
+            "delay"
+        ]
+    );
+    assert_eq!(
+        resource_attributes(&batch, 0),
+        pairs(&[("env", "test"), ("service.name", "jfr.demo")])
+    );
+    let d = batch.dictionary();
+    let labelled = batch
+        .profiles()
+        .flat_map(|p| p.samples.iter())
+        .filter(|s| {
+            s.attribute_indices.iter().any(|&a| {
+                d.attribute_table
+                    .get(a as usize)
+                    .and_then(|kv| d.string_table.get(kv.key_strindex as usize))
+                    .is_some_and(|k| k == "request")
+            })
+        })
+        .count();
+    assert!(labelled > 0, "the agent's labels reach the samples");
+
+    // A raw recording body works too; a form without the recording is named.
+    let reply = post(
+        addr(&r),
+        "/ingest?name=raw&format=jfr",
+        &[],
+        jfr_fixture("jdk17-profile.jfr.gz"),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(r.next_batch().await.sample_count(), 22);
+    let body = multipart("b", &[("labels", b"")]);
+    let reply = post(
+        addr(&r),
+        "/ingest?name=svc&format=jfr",
+        &[("content-type", "multipart/form-data; boundary=b")],
+        body,
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    assert!(reply.text().contains("\"jfr\""), "{}", reply.text());
+    // A truncated recording is a 400 with where it ends.
+    let mut cut = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(&jfr_fixture("jdk17-profile.jfr.gz")[..]),
+        &mut cut,
+    )
+    .expect("gunzip");
+    cut.truncate(cut.len() / 2);
+    let reply = post(addr(&r), "/ingest?name=cut&format=jfr", &[], cut).await;
+    assert_eq!(reply.status, 400);
+    assert!(
+        reply.text().contains("runs past the end"),
+        "{}",
+        reply.text()
+    );
     r.stop().await;
 }

@@ -38,6 +38,28 @@ pub fn profiling_config(
     )
 }
 
+/// A config of one `profiles` pipeline: the `pprof` receiver with `receiver` (its YAML
+/// body, indented four spaces) into a `file` exporter writing framed OTLP protobuf to
+/// `out` (read back with `read_proto_messages`) and then `exporters` (more exporter
+/// definitions, indented two spaces, listed by `exporter_ids`), with health_check and
+/// metrics on the given ports.
+pub fn pprof_pipeline_config(
+    receiver: &str,
+    out: &Path,
+    (exporters, exporter_ids): (&str, &[&str]),
+    health: u16,
+    metrics: u16,
+) -> String {
+    let ids = std::iter::once("file")
+        .chain(exporter_ids.iter().copied())
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "receivers:\n  pprof:\n{receiver}exporters:\n  file:\n    path: {}\n    format: proto\n    flush_interval: 100ms\n{exporters}extensions:\n  health_check:\n    endpoint: 127.0.0.1:{health}\nservice:\n  extensions: [health_check]\n  telemetry:\n    metrics:\n      address: 127.0.0.1:{metrics}\n  pipelines:\n    profiles:\n      receivers: [pprof]\n      exporters: [{ids}]\n",
+        out.display()
+    )
+}
+
 /// A port free on 127.0.0.1 right now.
 /// A port free now and not handed out before by this process: the kernel may give the
 /// same ephemeral port to two binds in a row once the first is closed, and a test that

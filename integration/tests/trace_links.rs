@@ -10,7 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use profcol_exporter_file::read_proto_messages;
-use profcol_integration::collector::{Collector, eventually, free_port, http};
+use profcol_integration::collector::{
+    Collector, eventually, free_port, http, pprof_pipeline_config,
+};
 use profcol_integration::{have_peer, repo, scratch};
 use profcol_pdata::ProfileBatch;
 use profcol_pdata::summary::frame_names;
@@ -169,37 +171,16 @@ fn a_go_services_span_labels_become_links_to_the_spans_it_ran() {
     };
     let out = dir.join("scraped.pb");
     let pprof_dir = dir.join("pprof");
-    let config = format!(
-        "receivers:
-  pprof:
-    remote:
-      interval: 2s
-      targets:
-        - endpoint: http://127.0.0.1:{go_port}
-          labels:
-            service.name: go-traced
-exporters:
-  file:
-    path: {out}
-    format: proto
-    flush_interval: 100ms
-  pprof:
-    directory: {pprof_dir}
-extensions:
-  health_check:
-    endpoint: 127.0.0.1:{health}
-service:
-  extensions: [health_check]
-  telemetry:
-    metrics:
-      address: 127.0.0.1:{metrics}
-  pipelines:
-    profiles:
-      receivers: [pprof]
-      exporters: [file, pprof]
-",
-        out = out.display(),
-        pprof_dir = pprof_dir.display(),
+    let receiver = format!(
+        "    remote:\n      interval: 2s\n      targets:\n        - endpoint: http://127.0.0.1:{go_port}\n          labels:\n            service.name: go-traced\n"
+    );
+    let pprof_exporter = format!("  pprof:\n    directory: {}\n", pprof_dir.display());
+    let config = pprof_pipeline_config(
+        &receiver,
+        &out,
+        (&pprof_exporter, &["pprof"]),
+        health,
+        metrics,
     );
     let c = Collector::start(&dir, "c", &config, health, metrics);
     // Three spans' worth of linked samples, from at least two scrapes' CPU profiles.

@@ -53,7 +53,7 @@ pub fn jfr_to_batch(bytes: &[u8], options: JfrOptions) -> Result<ProfileBatch, J
         let in_chunk = |e: JfrError| JfrError::InChunk {
             index,
             start: at,
-            source: Box::new(e),
+            error: Box::new(e),
         };
         let mut chunk = Chunk::open(bytes, at).map_err(in_chunk)?;
         let header = chunk.header;

@@ -33,11 +33,11 @@ pub enum JfrError {
     Truncated { what: String, at: usize },
     #[error("byte {at}: {what}")]
     Invalid { what: String, at: usize },
-    #[error("chunk {index} (at byte {start}): {source}")]
+    #[error("chunk {index} (at byte {start}): {error}")]
     InChunk {
         index: usize,
         start: usize,
-        source: Box<JfrError>,
+        error: Box<JfrError>,
     },
     #[error("more than {MAX_CHUNKS} chunks")]
     TooManyChunks,

@@ -385,6 +385,22 @@ mod hostile {
     }
 
     #[test]
+    #[ignore = "writes fuzz/seeds/jfr; run by hand when the writer changes"]
+    fn write_fuzz_seeds() {
+        let dir = format!("{}/../../fuzz/seeds/jfr", env!("CARGO_MANIFEST_DIR"));
+        let two = recording(
+            &classes(),
+            &pools(two_frames()),
+            &[sample(1), sample(1), sample(9)],
+        );
+        std::fs::write(format!("{dir}/written-two-frames.jfr"), two).expect("write");
+        let mut deep = classes();
+        deep.push((30, "app.Loop", &[("next", 30, false, false)]));
+        let loops = recording(&deep, &pools(two_frames()), &[sample(1)]);
+        std::fs::write(format!("{dir}/written-self-holding-class.jfr"), loops).expect("write");
+    }
+
+    #[test]
     fn a_huge_array_of_empty_values_is_refused_by_the_budget() {
         // Frames of a class with no fields take no bytes: only the budget stops them.
         let mut classes = classes();

@@ -218,15 +218,21 @@ fn the_pyroscope_agents_recording_gives_its_events_labels_and_frame_types() {
 
 #[test]
 fn async_profilers_wall_clock_mode_gives_a_wall_profile() {
-    let batch = jfr_to_batch(&fixture("pyroscope-agent-wall.jfr.gz"), JfrOptions::default())
-        .expect("the agent's wall-clock recording reads");
+    let batch = jfr_to_batch(
+        &fixture("pyroscope-agent-wall.jfr.gz"),
+        JfrOptions::default(),
+    )
+    .expect("the agent's wall-clock recording reads");
     let rows: Vec<(String, String, i64, i64)> = rows(&batch)
         .into_iter()
         .map(|(f, t, _, p, _, total)| (f, t, p, total))
         .collect();
     // `jfr print`: 978 profiler.WallClockSample events holding 5418 samples, at the
     // recording's 10 ms interval.
-    assert_eq!(rows, [(s("wall"), s("wall"), 10_000_000, 5418 * 10_000_000)]);
+    assert_eq!(
+        rows,
+        [(s("wall"), s("wall"), 10_000_000, 5418 * 10_000_000)]
+    );
 }
 
 #[test]

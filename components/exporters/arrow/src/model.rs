@@ -24,8 +24,8 @@ use profcol_core::pdata::attributes::value_to_string;
 use profcol_core::pdata::pprof::{SPAN_ID_LABEL, TRACE_ID_LABEL};
 use profcol_core::pdata::types::KeyValue;
 use profcol_core::pdata::{
-    Dictionary, LocationRef, MappingRef, Profile, ProfileBatch, SampleRef, any_value_to_string,
-    attribute_value, semconv,
+    AnyValueRef, Dictionary, LocationRef, MappingRef, Profile, ProfileBatch, SampleRef,
+    any_value_to_string, attribute_value, semconv,
 };
 
 use crate::profile_types::{self, DurationRule, Key, PeriodRule, ProfileType};
@@ -433,10 +433,23 @@ impl<'a> Builder<'a> {
         'a: 'k,
     {
         let (st, pt) = (profile.sample_type, profile.period_type);
+        // A profile's own family (as a JFR recording's profiles carry it) wins over its
+        // resource's.
+        let own = profile.attribute_indices.iter().find_map(|&i| {
+            let kv = self.dict.attribute(i);
+            match (self.string(kv.key_strindex), kv.value) {
+                (profile_types::FAMILY_ATTRIBUTE, Some(AnyValueRef::String(f)))
+                    if !f.is_empty() =>
+                {
+                    Some(f)
+                }
+                _ => None,
+            }
+        });
         Key {
             sample: (self.string(st.type_strindex), self.string(st.unit_strindex)),
             period_type: self.string(pt.type_strindex),
-            family,
+            family: own.or(family),
         }
     }
 

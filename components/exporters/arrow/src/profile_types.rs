@@ -232,6 +232,57 @@ pub const PROFILE_TYPES: &[ProfileType] = &[
     row("lock count", ("lock_count", COUNT), None, "mutex"),
     row("lock time", ("lock_time", NANOS), None, "mutex"),
     row("exceptions", ("exception", COUNT), None, "exceptions"),
+    // JFR (the JDK's and async-profiler's), as Pyroscope names its allocation types; its
+    // CPU, wall, mutex and block types are the rows above.
+    row(
+        "JFR TLAB objects",
+        ("alloc_in_new_tlab_objects", COUNT),
+        None,
+        MEMORY_PRODUCER,
+    ),
+    row(
+        "JFR TLAB bytes",
+        ("alloc_in_new_tlab_bytes", BYTES),
+        None,
+        MEMORY_PRODUCER,
+    ),
+    row(
+        "JFR outside-TLAB objects",
+        ("alloc_outside_tlab_objects", COUNT),
+        None,
+        MEMORY_PRODUCER,
+    ),
+    row(
+        "JFR outside-TLAB bytes",
+        ("alloc_outside_tlab_bytes", BYTES),
+        None,
+        MEMORY_PRODUCER,
+    ),
+    row(
+        "JFR allocation samples",
+        ("alloc_sample_objects", COUNT),
+        None,
+        MEMORY_PRODUCER,
+    ),
+    row(
+        "JFR allocation sample bytes",
+        ("alloc_sample_bytes", BYTES),
+        None,
+        MEMORY_PRODUCER,
+    ),
+    row("JFR live objects", ("live", COUNT), None, MEMORY_PRODUCER),
+    row(
+        "native allocations",
+        ("malloc_objects", COUNT),
+        None,
+        MEMORY_PRODUCER,
+    ),
+    row(
+        "native allocation bytes",
+        ("malloc_bytes", BYTES),
+        None,
+        MEMORY_PRODUCER,
+    ),
 ];
 
 /// The CPU row (compare by value: a const has no fixed address): its profiles give the

@@ -967,6 +967,15 @@ fn type_cases() -> Vec<(TypeCase, Expected)> {
         ("space", "bytes"),
         ("alloc_samples", "count"),
         ("alloc_size", "bytes"),
+        ("alloc_in_new_tlab_objects", "count"),
+        ("alloc_in_new_tlab_bytes", "bytes"),
+        ("alloc_outside_tlab_objects", "count"),
+        ("alloc_outside_tlab_bytes", "bytes"),
+        ("alloc_sample_objects", "count"),
+        ("alloc_sample_bytes", "bytes"),
+        ("live", "count"),
+        ("malloc_objects", "count"),
+        ("malloc_bytes", "bytes"),
     ] {
         let c = heap(sample);
         let e = as_given("memory", &c);
@@ -1359,4 +1368,33 @@ async fn the_factory_creates_without_connecting_and_refuses_bad_tls_files() {
         panic!("a missing CA file must fail create")
     };
     assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+}
+
+#[test]
+fn a_jfr_recordings_profiles_are_named_by_their_own_family() {
+    let path = format!(
+        "{}/../../../testdata/jfr/jdk17-profile.jfr.gz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let gz = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let plain = profcol_core::pdata::codec::maybe_gunzip(&gz, 64 << 20).expect("gunzip");
+    let batch = profcol_core::jfr::jfr_to_batch(&plain, Default::default()).expect("jfr");
+    let ipc = encode_v2(&batch, Compression::None).expect("v2");
+    let mut producers: Vec<(String, String)> = v2_rows(&read(&ipc))
+        .into_iter()
+        .map(|r| (r.4[0].clone(), r.4[1].clone()))
+        .collect();
+    producers.sort();
+    producers.dedup();
+    // The monitor waits are the `mutex` family's (the profile says so, not the resource).
+    assert_eq!(
+        producers,
+        [
+            ("memory".to_owned(), "alloc_sample_bytes".to_owned()),
+            ("memory".to_owned(), "alloc_sample_objects".to_owned()),
+            ("mutex".to_owned(), "contentions".to_owned()),
+            ("mutex".to_owned(), "delay".to_owned()),
+            ("process_cpu".to_owned(), "cpu".to_owned()),
+        ]
+    );
 }

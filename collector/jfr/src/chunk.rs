@@ -14,6 +14,10 @@ pub(crate) const HEADER_LEN: usize = 68;
 const MAGIC: &[u8; 4] = b"FLR\0";
 /// Deepest nesting of inline values (a stack trace's frames are 2).
 const MAX_VALUE_DEPTH: usize = 16;
+/// Values one decode (an event, or a pool entry) keeps; past it, values are walked over
+/// and not built, so that no single value holds more memory than this many. A stack of
+/// 8192 frames is 5 values each.
+const MAX_KEPT_VALUES: usize = 1 << 16;
 /// Longest text kept from one string value.
 pub(crate) const MAX_TEXT: usize = 64 << 10;
 
@@ -33,7 +37,8 @@ pub fn is_jfr(bytes: &[u8]) -> bool {
 }
 
 pub(crate) fn read_header(bytes: &[u8], at: usize) -> Result<Header, JfrError> {
-    let invalid = |what: String| JfrError::Invalid { what, at };
+    // Positions are within the chunk, as every error of a chunk's is.
+    let invalid = |what: String| JfrError::Invalid { what, at: 0 };
     let rest = bytes.get(at..).unwrap_or(&[]);
     if !rest.starts_with(MAGIC) {
         return Err(invalid("not a JFR chunk (no \"FLR\\0\" magic)".into()));
@@ -41,7 +46,7 @@ pub(crate) fn read_header(bytes: &[u8], at: usize) -> Result<Header, JfrError> {
     if rest.len() < HEADER_LEN {
         return Err(JfrError::Truncated {
             what: "the chunk header".into(),
-            at,
+            at: 0,
         });
     }
     let mut c = Cursor::new(rest, 4, false);
@@ -72,7 +77,7 @@ pub(crate) fn read_header(bytes: &[u8], at: usize) -> Result<Header, JfrError> {
     if size > rest.len() {
         return Err(JfrError::Truncated {
             what: format!("a chunk of {size} bytes ({} are there)", rest.len()),
-            at,
+            at: 0,
         });
     }
     let metadata_offset = usize::try_from(metadata_offset)
@@ -100,10 +105,15 @@ pub(crate) fn read_header(bytes: &[u8], at: usize) -> Result<Header, JfrError> {
 /// inline objects as their fields in the class's order.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Value<'a> {
+    /// Walked over, not kept (past [`MAX_KEPT_VALUES`]).
+    Skipped,
     Int(i64),
     Float(f64),
     Str(JfrStr<'a>),
-    Ref { type_id: i64, id: i64 },
+    Ref {
+        type_id: i64,
+        id: i64,
+    },
     Struct(Vec<Value<'a>>),
     Array(Vec<Value<'a>>),
 }
@@ -136,16 +146,24 @@ pub(crate) struct Chunk<'a> {
     pub bytes: &'a [u8],
     pub header: Header,
     pub types: Rc<Types>,
+    /// Every event of the chunk, in order.
+    pub events: Vec<RawEvent>,
     /// (type, id) → where the entry's value starts.
     pools: HashMap<(i64, i64), usize>,
-    /// Values left to decode in this chunk.
-    budget: usize,
+    /// Work left for the whole recording: a unit per value decoded and per 8 bytes of
+    /// string scanned or copied.
+    pub budget: usize,
+    /// Values the current decode may still keep.
+    kept: usize,
     string_type: Option<i64>,
+    /// The string pool's texts, once read.
+    strings: HashMap<i64, Rc<str>>,
 }
 
 impl<'a> Chunk<'a> {
-    /// Reads the chunk starting at `at`: header, metadata and the constant pools.
-    pub fn open(recording: &'a [u8], at: usize) -> Result<Self, JfrError> {
+    /// Reads the chunk starting at `at`: header, metadata and the constant pools, within
+    /// `budget` (what the recording has left; [`Chunk::budget`] is what this one leaves).
+    pub fn open(recording: &'a [u8], at: usize, budget: usize) -> Result<Self, JfrError> {
         let header = read_header(recording, at)?;
         let bytes = &recording[at..at + header.size];
         let mut c = Cursor::new(bytes, header.metadata_offset, header.compressed);
@@ -154,7 +172,7 @@ impl<'a> Chunk<'a> {
         if kind != 0 {
             return Err(JfrError::Invalid {
                 what: format!("the metadata offset leads to an event of type {kind}, not 0"),
-                at: at + header.metadata_offset,
+                at: header.metadata_offset,
             });
         }
         let types = read_metadata(&mut c)?;
@@ -163,15 +181,29 @@ impl<'a> Chunk<'a> {
             bytes,
             header,
             types: Rc::new(types),
+            events: Vec::new(),
             pools: HashMap::new(),
-            budget: bytes.len().saturating_mul(8).saturating_add(1 << 16),
+            budget,
+            kept: 0,
             string_type,
+            strings: HashMap::new(),
         };
-        let events: Vec<RawEvent> = chunk.events().collect::<Result<_, _>>()?;
-        for e in events.iter().filter(|e| e.type_id == 1) {
-            chunk.read_checkpoint(e.payload)?;
+        chunk.events = chunk.scan_events()?;
+        let checkpoints: Vec<usize> = chunk
+            .events
+            .iter()
+            .filter(|e| e.type_id == 1)
+            .map(|e| e.payload)
+            .collect();
+        for at in checkpoints {
+            chunk.read_checkpoint(at)?;
         }
         Ok(chunk)
+    }
+
+    /// The work budget a whole recording of `len` bytes gets.
+    pub fn budget_for(len: usize) -> usize {
+        len.saturating_mul(8).saturating_add(1 << 16)
     }
 
     fn cursor(&self, at: usize) -> Cursor<'a> {
@@ -179,36 +211,30 @@ impl<'a> Chunk<'a> {
     }
 
     /// Every event of the chunk, in order; each is checked to lie within the chunk.
-    pub fn events(&self) -> impl Iterator<Item = Result<RawEvent, JfrError>> + '_ {
+    fn scan_events(&self) -> Result<Vec<RawEvent>, JfrError> {
+        let mut events = Vec::new();
         let mut pos = HEADER_LEN;
-        let mut failed = false;
-        std::iter::from_fn(move || {
-            if failed || pos >= self.bytes.len() {
-                return None;
-            }
+        while pos < self.bytes.len() {
             let mut c = self.cursor(pos);
-            let event = (|| {
-                let size = c.len("an event's size")?;
-                let type_id = c.i64()?;
-                let end = pos.checked_add(size).filter(|&e| e <= self.bytes.len());
-                match end {
-                    Some(end) if size > 0 && c.pos() <= end => {
-                        let e = RawEvent {
-                            type_id,
-                            payload: c.pos(),
-                        };
-                        pos = end;
-                        Ok(e)
-                    }
-                    _ => Err(JfrError::Invalid {
+            let size = c.len("an event's size")?;
+            let type_id = c.i64()?;
+            match pos.checked_add(size).filter(|&e| e <= self.bytes.len()) {
+                Some(end) if size > 0 && c.pos() <= end => {
+                    events.push(RawEvent {
+                        type_id,
+                        payload: c.pos(),
+                    });
+                    pos = end;
+                }
+                _ => {
+                    return Err(JfrError::Invalid {
                         what: format!("an event of {size} bytes does not fit the chunk"),
                         at: pos,
-                    }),
+                    });
                 }
-            })();
-            failed = event.is_err();
-            Some(event)
-        })
+            }
+        }
+        Ok(events)
     }
 
     fn read_checkpoint(&mut self, at: usize) -> Result<(), JfrError> {
@@ -245,6 +271,8 @@ impl<'a> Chunk<'a> {
             for _ in 0..count {
                 let id = c.i64()?;
                 self.pools.insert((type_id, id), c.pos());
+                // Walked over, not built: the entry is decoded when asked for.
+                self.kept = 0;
                 self.plain(&mut c, type_id, 0)?;
             }
         }
@@ -253,10 +281,34 @@ impl<'a> Chunk<'a> {
 
     fn spend(&mut self, n: usize, at: usize) -> Result<(), JfrError> {
         self.budget = self.budget.checked_sub(n).ok_or(JfrError::Invalid {
-            what: "the chunk holds more values than its size allows".into(),
+            what: "the recording asks for more work than its size allows (values and strings read over and over)".into(),
             at,
         })?;
         Ok(())
+    }
+
+    /// Charges work the caller does for what it read (copying attribute lists).
+    pub fn charge(&mut self, n: usize) -> Result<(), JfrError> {
+        self.spend(n, 0)
+    }
+
+    /// Whether values of `type_id` always take at least one byte: the count of an array
+    /// of them is then bounded by the bytes left. A class of no fields (or of fields that
+    /// take none) takes none.
+    fn takes_bytes(&self, type_id: i64, depth: usize) -> bool {
+        let Some(class) = self.types.get(type_id) else {
+            return true;
+        };
+        match class.kind {
+            Kind::Struct => {
+                depth > MAX_VALUE_DEPTH
+                    || class
+                        .fields
+                        .iter()
+                        .any(|f| f.array || f.pooled || self.takes_bytes(f.type_id, depth + 1))
+            }
+            _ => true,
+        }
     }
 
     /// The value of a field of `type_id` at `c`: an array of them, a pool reference, or
@@ -268,11 +320,28 @@ impl<'a> Chunk<'a> {
         depth: usize,
     ) -> Result<Value<'a>, JfrError> {
         if array {
+            let at = c.pos();
             let n = c.len("an array's length")?;
-            self.spend(n, c.pos())?;
-            let mut items = Vec::with_capacity(n.min(c.remaining()));
+            if !pooled && !self.takes_bytes(type_id, 0) {
+                return Err(JfrError::Invalid {
+                    what: format!("an array of {n} values of type {type_id}, which take no bytes"),
+                    at,
+                });
+            }
+            if n > c.remaining() {
+                return Err(JfrError::Truncated {
+                    what: format!("an array of {n} values"),
+                    at,
+                });
+            }
+            self.spend(n, at)?;
+            let mut items = Vec::with_capacity(n.min(self.kept));
             for _ in 0..n {
-                items.push(self.field_value(c, (type_id, pooled, false), depth + 1)?);
+                let item = self.field_value(c, (type_id, pooled, false), depth + 1)?;
+                if self.kept > 0 {
+                    self.kept -= 1;
+                    items.push(item);
+                }
             }
             return Ok(Value::Array(items));
         }
@@ -313,21 +382,42 @@ impl<'a> Chunk<'a> {
             Kind::Long => Value::Int(c.i64()?),
             Kind::Float => Value::Float(c.f32()?),
             Kind::Double => Value::Float(c.f64()?),
-            Kind::String => Value::Str(c.string()?),
+            Kind::String => {
+                let s = c.string()?;
+                // Scanning a string is work in proportion to its bytes.
+                self.spend((c.pos() - at) / 8, at)?;
+                Value::Str(s)
+            }
             Kind::Struct => {
-                let mut values = Vec::with_capacity(class.fields.len());
+                let keep = self.kept > 0;
+                let mut values = Vec::with_capacity(if keep { class.fields.len() } else { 0 });
                 for f in &class.fields {
-                    values.push(self.field_value(c, (f.type_id, f.pooled, f.array), depth)?);
+                    let v = self.field_value(c, (f.type_id, f.pooled, f.array), depth)?;
+                    if keep {
+                        values.push(v);
+                    }
                 }
-                Value::Struct(values)
+                if keep {
+                    self.kept = self.kept.saturating_sub(values.len());
+                    Value::Struct(values)
+                } else {
+                    Value::Skipped
+                }
             }
         })
     }
 
+    /// A value of `type_id` at `at`, decoded on its own: it may keep
+    /// [`MAX_KEPT_VALUES`].
+    fn decode_at(&mut self, at: usize, type_id: i64) -> Result<Value<'a>, JfrError> {
+        let mut c = self.cursor(at);
+        self.kept = MAX_KEPT_VALUES;
+        self.plain(&mut c, type_id, 0)
+    }
+
     /// An event's fields.
     pub fn event(&mut self, e: RawEvent) -> Result<Value<'a>, JfrError> {
-        let mut c = self.cursor(e.payload);
-        self.plain(&mut c, e.type_id, 0)
+        self.decode_at(e.payload, e.type_id)
     }
 
     /// What a reference (or an inline object) stands for; None for a null reference or
@@ -335,10 +425,7 @@ impl<'a> Chunk<'a> {
     pub fn deref(&mut self, v: &Value<'a>) -> Result<Option<Value<'a>>, JfrError> {
         match *v {
             Value::Ref { type_id, id } => match self.pools.get(&(type_id, id)) {
-                Some(&at) => {
-                    let mut c = self.cursor(at);
-                    self.plain(&mut c, type_id, 0).map(Some)
-                }
+                Some(&at) => self.decode_at(at, type_id).map(Some),
                 None => Ok(None),
             },
             Value::Struct(_) | Value::Str(_) => Ok(Some(v.clone())),
@@ -356,22 +443,34 @@ impl<'a> Chunk<'a> {
             },
             _ => return Ok(String::new()),
         };
-        match s {
-            JfrStr::Pool(id) => {
-                let Some(string_type) = self.string_type else {
-                    return Ok(String::new());
-                };
-                match self.deref(&Value::Ref {
-                    type_id: string_type,
-                    id,
-                })? {
-                    // A pooled string is itself a string, never another reference.
-                    Some(Value::Str(JfrStr::Pool(_))) | None => Ok(String::new()),
-                    Some(Value::Str(inner)) => Ok(self.cursor(0).text(inner, MAX_TEXT)),
-                    Some(_) => Ok(String::new()),
+        let text: Rc<str> = match s {
+            JfrStr::Pool(id) => match self.strings.get(&id) {
+                Some(t) => Rc::clone(t),
+                None => {
+                    let t: Rc<str> = self.pooled_string(id)?.into();
+                    self.strings.insert(id, Rc::clone(&t));
+                    t
                 }
-            }
-            other => Ok(self.cursor(0).text(other, MAX_TEXT)),
+            },
+            other => self.cursor(0).text(other, MAX_TEXT).into(),
+        };
+        // Copying out is work in proportion to the text.
+        self.spend(text.len() / 8, 0)?;
+        Ok(text.to_string())
+    }
+
+    fn pooled_string(&mut self, id: i64) -> Result<String, JfrError> {
+        let Some(string_type) = self.string_type else {
+            return Ok(String::new());
+        };
+        match self.deref(&Value::Ref {
+            type_id: string_type,
+            id,
+        })? {
+            // A pooled string is itself a string, never another reference.
+            Some(Value::Str(JfrStr::Pool(_))) | None => Ok(String::new()),
+            Some(Value::Str(inner)) => Ok(self.cursor(0).text(inner, MAX_TEXT)),
+            Some(_) => Ok(String::new()),
         }
     }
 

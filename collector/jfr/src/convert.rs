@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use profcol_pdata::limits::MAX_STACK_DEPTH;
+use profcol_pdata::limits::{MAX_ATTRIBUTES_PER_LIST, MAX_STACK_DEPTH};
 use profcol_pdata::{
     DictionaryBuilder, Function, Line, Link, Location, Mapping, Profile, ProfileBatch,
     ResourceProfiles, Sample, Samples, ScopeProfiles, ValueType, semconv,
@@ -46,6 +46,8 @@ pub fn jfr_to_batch(bytes: &[u8], options: JfrOptions) -> Result<ProfileBatch, J
     let mut periods: HashMap<ProfileKind, i64> = HashMap::new();
     let mut at = 0;
     let mut index = 0;
+    let mut budget = Chunk::budget_for(bytes.len());
+    let mut attribute_lists = AttributeLists::default();
     while at < bytes.len() {
         if index == MAX_CHUNKS {
             return Err(JfrError::TooManyChunks);
@@ -55,10 +57,12 @@ pub fn jfr_to_batch(bytes: &[u8], options: JfrOptions) -> Result<ProfileBatch, J
             start: at,
             error: Box::new(e),
         };
-        let mut chunk = Chunk::open(bytes, at).map_err(in_chunk)?;
+        let mut chunk = Chunk::open(bytes, at, budget).map_err(in_chunk)?;
         let header = chunk.header;
-        let mut reader = ChunkReader::new(&mut builder, &options, &chunk.types);
+        let mut reader =
+            ChunkReader::new(&mut builder, &options, &chunk.types, &mut attribute_lists);
         reader.read(&mut chunk, &mut sums).map_err(in_chunk)?;
+        budget = chunk.budget;
         periods.extend(reader.periods.iter().map(|(&k, &p)| (k, p)));
         start = start.min(header.start_nanos);
         end = end.max(
@@ -97,7 +101,7 @@ pub fn jfr_to_batch(bytes: &[u8], options: JfrOptions) -> Result<ProfileBatch, J
                 };
                 samples.push(&Sample {
                     stack_index: key.stack,
-                    attribute_indices: &key.attributes,
+                    attribute_indices: attribute_lists.get(key.attributes),
                     link_index: key.link,
                     values: &[value],
                     ..Sample::default()
@@ -139,11 +143,34 @@ pub fn jfr_to_batch(bytes: &[u8], options: JfrOptions) -> Result<ProfileBatch, J
     ))
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct SampleKey {
     stack: i32,
-    attributes: Vec<i32>,
+    /// An index into [`AttributeLists`].
+    attributes: usize,
     link: i32,
+}
+
+/// Each distinct attribute list once, so that a sample's key is a few numbers.
+#[derive(Default)]
+struct AttributeLists {
+    lists: Vec<Vec<i32>>,
+    index: HashMap<Vec<i32>, usize>,
+}
+
+impl AttributeLists {
+    fn id(&mut self, list: Vec<i32>) -> usize {
+        if let Some(&i) = self.index.get(&list) {
+            return i;
+        }
+        self.lists.push(list.clone());
+        self.index.insert(list, self.lists.len() - 1);
+        self.lists.len() - 1
+    }
+
+    fn get(&self, id: usize) -> &[i32] {
+        self.lists.get(id).map_or(&[], Vec::as_slice)
+    }
 }
 
 /// Per kind, each distinct sample's (count, weight), in first-seen order.
@@ -156,17 +183,13 @@ struct Sums {
 impl Sums {
     fn add(&mut self, kind: ProfileKind, key: SampleKey, count: i64, weight: i64) {
         let entries = self.by_kind.entry(kind).or_default();
-        match self.index.get(&(kind, key.clone())) {
-            Some(&i) => {
-                let v = &mut entries[i].1;
-                v[0] = v[0].saturating_add(count);
-                v[1] = v[1].saturating_add(weight);
-            }
-            None => {
-                self.index.insert((kind, key.clone()), entries.len());
-                entries.push((key, [count, weight]));
-            }
-        }
+        let i = *self.index.entry((kind, key)).or_insert_with(|| {
+            entries.push((key, [0, 0]));
+            entries.len() - 1
+        });
+        let v = &mut entries[i].1;
+        v[0] = v[0].saturating_add(count);
+        v[1] = v[1].saturating_add(weight);
     }
 }
 
@@ -243,17 +266,29 @@ fn java_class_name(internal: &str) -> String {
     }
 }
 
-/// The pool id a reference names, to cache what it stands for.
-fn pool_id(v: Option<&Value<'_>>) -> Option<i64> {
+/// The pool entry a reference names, to cache what it stands for.
+fn pool_id(v: Option<&Value<'_>>) -> Option<(i64, i64)> {
     match v {
-        Some(Value::Ref { id, .. }) => Some(*id),
+        Some(Value::Ref { type_id, id }) => Some((*type_id, *id)),
         _ => None,
     }
+}
+
+/// What a sample's attribute list is made of, to build each distinct list once.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct AttributeSource {
+    thread: Vec<i32>,
+    context: i64,
+    span: i64,
+    span_name: i64,
 }
 
 struct ChunkReader<'b> {
     builder: &'b mut DictionaryBuilder,
     options: &'b JfrOptions,
+    attribute_lists: &'b mut AttributeLists,
+    /// Attribute list ids by what they are made of.
+    attribute_sources: HashMap<AttributeSource, usize>,
     layout: Layout,
     shapes: HashMap<i64, Shape>,
     setting_type: Option<i64>,
@@ -261,15 +296,16 @@ struct ChunkReader<'b> {
     periods: HashMap<ProfileKind, i64>,
     /// Whether async-profiler ran in wall-clock mode (its execution samples are wall).
     wall_engine: bool,
-    stacks: HashMap<i64, i32>,
-    /// Method id → (function, library string for native frames).
-    functions: HashMap<i64, (i32, i32)>,
-    symbols: HashMap<i64, String>,
-    /// Frame type id → (`profile.frame.type` attribute, whether the frame is native code).
-    frame_types: HashMap<i64, (i32, bool)>,
-    locations: HashMap<(Option<i64>, i64, Option<i64>), i32>,
-    threads: HashMap<i64, Vec<i32>>,
-    states: HashMap<i64, String>,
+    /// Caches by pool entry (type, id): each is decoded once per chunk.
+    stacks: HashMap<(i64, i64), i32>,
+    /// (method, native) → (function, library string for native frames).
+    functions: HashMap<((i64, i64), bool), (i32, i32)>,
+    symbols: HashMap<(i64, i64), String>,
+    /// Frame type → (`profile.frame.type` attribute, whether the frame is native code).
+    frame_types: HashMap<(i64, i64), (i32, bool)>,
+    locations: HashMap<(Option<(i64, i64)>, i64, Option<(i64, i64)>), i32>,
+    threads: HashMap<(i64, i64), Vec<i32>>,
+    states: HashMap<(i64, i64), String>,
     contexts: HashMap<i64, Vec<i32>>,
 }
 
@@ -278,6 +314,7 @@ impl<'b> ChunkReader<'b> {
         builder: &'b mut DictionaryBuilder,
         options: &'b JfrOptions,
         types: &crate::metadata::Types,
+        attribute_lists: &'b mut AttributeLists,
     ) -> Self {
         let mut shapes = HashMap::new();
         for kind_info in KINDS {
@@ -313,6 +350,8 @@ impl<'b> ChunkReader<'b> {
         ChunkReader {
             builder,
             options,
+            attribute_lists,
+            attribute_sources: HashMap::new(),
             layout: Layout::of(types),
             shapes,
             setting_type: types.id_of("jdk.ActiveSetting"),
@@ -330,7 +369,7 @@ impl<'b> ChunkReader<'b> {
     }
 
     fn read<'a>(&mut self, chunk: &mut Chunk<'a>, sums: &mut Sums) -> Result<(), JfrError> {
-        let events: Vec<RawEvent> = chunk.events().collect::<Result<_, _>>()?;
+        let events = std::mem::take(&mut chunk.events);
         // Settings first: they say the sampling period, and may come after the samples.
         if let Some(setting_type) = self.setting_type {
             for e in events.iter().filter(|e| e.type_id == setting_type) {
@@ -341,7 +380,9 @@ impl<'b> ChunkReader<'b> {
             .options
             .sample_rate
             .filter(|&r| r > 0)
-            .map_or(DEFAULT_PERIOD_NANOS, |r| 1_000_000_000 / i64::from(r));
+            .map_or(DEFAULT_PERIOD_NANOS, |r| {
+                (1_000_000_000 / i64::from(r)).max(1)
+            });
         for kind in [ProfileKind::Cpu, ProfileKind::Wall] {
             let cpu = self.periods.get(&ProfileKind::Cpu).copied();
             let p = self.periods.get(&kind).copied().or(cpu).unwrap_or(fallback);
@@ -379,6 +420,13 @@ impl<'b> ChunkReader<'b> {
             .transpose()?
             .unwrap_or_default();
         match name.as_str() {
+            // async-profiler names the wall-clock interval `wall`, on the execution
+            // sample's type.
+            "wall" => {
+                if let Some(p) = parse_period(&value) {
+                    self.periods.insert(ProfileKind::Wall, p);
+                }
+            }
             "period" | "interval" => {
                 let kind = for_type
                     .and_then(|t| self.shapes.get(&t))
@@ -420,38 +468,36 @@ impl<'b> ChunkReader<'b> {
             Some(s) => self.stack(chunk, s)?,
             None => self.builder.stack(&[]),
         };
-        let mut attributes = match thread_at.and_then(|i| v.field(i)) {
+        let thread = match thread_at.and_then(|i| v.field(i)) {
             Some(t) => self.thread(chunk, t)?,
             None => Vec::new(),
         };
-        if let Some(context) = field_int(context_at).filter(|&c| c != 0) {
-            attributes.extend(self.context(context));
-        }
+        let context = field_int(context_at).unwrap_or(0);
         let (span, trace_hi, trace_lo) = (field_int(span_at), field_int(hi_at), field_int(lo_at));
+        let span = span.unwrap_or(0);
+        let trace = (trace_hi.unwrap_or(0), trace_lo.unwrap_or(0));
         let mut link = 0;
-        if let Some(span) = span.filter(|&s| s != 0) {
-            let trace = (trace_hi.unwrap_or(0), trace_lo.unwrap_or(0));
-            if trace != (0, 0) {
-                let mut trace_id = [0u8; 16];
-                trace_id[..8].copy_from_slice(&trace.0.to_be_bytes());
-                trace_id[8..].copy_from_slice(&trace.1.to_be_bytes());
-                link = self.builder.link(Link {
-                    trace_id,
-                    span_id: span.to_be_bytes(),
-                });
-            } else {
-                // A span with no trace, as Pyroscope's span profiles label it.
-                attributes.push(
-                    self.builder
-                        .attribute_str("span_id", &format!("{span:016x}")),
-                );
-                if let Some(name) = field_int(span_name_at)
-                    .and_then(|n| self.options.labels.as_ref()?.strings.get(&n))
-                {
-                    attributes.push(self.builder.attribute_str("span_name", name));
-                }
-            }
+        if span != 0 && trace != (0, 0) {
+            let mut trace_id = [0u8; 16];
+            trace_id[..8].copy_from_slice(&trace.0.to_be_bytes());
+            trace_id[8..].copy_from_slice(&trace.1.to_be_bytes());
+            link = self.builder.link(Link {
+                trace_id,
+                span_id: span.to_be_bytes(),
+            });
         }
+        let source = AttributeSource {
+            thread,
+            context,
+            // A span with no trace is an attribute, as Pyroscope's span profiles label it.
+            span: if link == 0 { span } else { 0 },
+            span_name: if link == 0 && span != 0 {
+                field_int(span_name_at).unwrap_or(0)
+            } else {
+                0
+            },
+        };
+        let attributes = self.attributes(chunk, source)?;
         let count = 1;
         let weight = match weight_rule {
             Weight::Period => self
@@ -487,7 +533,7 @@ impl<'b> ChunkReader<'b> {
                     .get(&ProfileKind::Wall)
                     .copied()
                     .unwrap_or(weight);
-                sums.add(ProfileKind::Wall, key.clone(), count, period);
+                sums.add(ProfileKind::Wall, key, count, period);
             }
             if !sleeping {
                 sums.add(kind, key, count, weight);
@@ -590,7 +636,7 @@ impl<'b> ChunkReader<'b> {
         v: &Value<'a>,
         native: bool,
     ) -> Result<(i32, i32), JfrError> {
-        let id = pool_id(Some(v));
+        let id = pool_id(Some(v)).map(|id| (id, native));
         if let Some(&f) = id.and_then(|id| self.functions.get(&id)) {
             return Ok(f);
         }
@@ -751,20 +797,65 @@ impl<'b> ChunkReader<'b> {
         Ok(name)
     }
 
-    /// The attributes of a Pyroscope label context.
-    fn context(&mut self, id: i64) -> Vec<i32> {
-        if let Some(a) = self.contexts.get(&id) {
-            return a.clone();
+    /// The attribute list of a sample: its thread's, its label context's and its span's,
+    /// each key once (the first wins), made once per distinct source and charged to the
+    /// recording's budget.
+    fn attributes<'a>(
+        &mut self,
+        chunk: &mut Chunk<'a>,
+        source: AttributeSource,
+    ) -> Result<usize, JfrError> {
+        if let Some(&id) = self.attribute_sources.get(&source) {
+            return Ok(id);
         }
-        let attributes: Vec<i32> = match &self.options.labels {
-            Some(labels) => labels
-                .pairs(id)
-                .into_iter()
-                .map(|(k, v)| self.builder.attribute_str(k, v))
-                .collect(),
+        let mut list = source.thread.clone();
+        if source.context != 0 {
+            list.extend(self.context(source.context)?);
+        }
+        if source.span != 0 {
+            list.push(
+                self.builder
+                    .attribute_str("span_id", &format!("{:016x}", source.span)),
+            );
+            if let Some(name) = self
+                .options
+                .labels
+                .as_ref()
+                .and_then(|l| l.strings.get(&source.span_name))
+            {
+                list.push(self.builder.attribute_str("span_name", name));
+            }
+        }
+        chunk.charge(list.len())?;
+        let dictionary = self.builder.dictionary();
+        let mut keys = std::collections::HashSet::new();
+        list.retain(|&a| keys.insert(dictionary.attribute(a).key_strindex));
+        let id = self.attribute_lists.id(list);
+        self.attribute_sources.insert(source, id);
+        Ok(id)
+    }
+
+    /// The attributes of a Pyroscope label context; one of more pairs than an attribute
+    /// list may hold is refused.
+    fn context(&mut self, id: i64) -> Result<Vec<i32>, JfrError> {
+        if let Some(a) = self.contexts.get(&id) {
+            return Ok(a.clone());
+        }
+        let pairs = match &self.options.labels {
+            Some(labels) => labels.pairs(id),
             None => Vec::new(),
         };
+        if pairs.len() > MAX_ATTRIBUTES_PER_LIST {
+            return Err(JfrError::Labels(format!(
+                "label context {id} has {} labels (at most {MAX_ATTRIBUTES_PER_LIST})",
+                pairs.len()
+            )));
+        }
+        let attributes: Vec<i32> = pairs
+            .into_iter()
+            .map(|(k, v)| self.builder.attribute_str(k, v))
+            .collect();
         self.contexts.insert(id, attributes.clone());
-        attributes
+        Ok(attributes)
     }
 }

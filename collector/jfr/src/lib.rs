@@ -27,13 +27,20 @@ pub use profiles::PROFILE_NAME_ATTRIBUTE;
 /// Most chunks read from one recording (the JDK starts one per 12 MiB or hour by default).
 pub const MAX_CHUNKS: usize = 4096;
 
+/// Bytes of memory reading a recording may take per byte of it, for the receivers'
+/// decode budget: the recording itself, the chunk's constant-pool index and event list
+/// (each entry at least 2 bytes of input), and the one value decoded at a time (at most
+/// 65,536 kept). Real recordings take about 2 (`bench/jfr.sh`).
+pub const JFR_DECODE_AMPLIFICATION: usize = 32;
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum JfrError {
     #[error("byte {at}: {what} runs past the end")]
     Truncated { what: String, at: usize },
     #[error("byte {at}: {what}")]
     Invalid { what: String, at: usize },
-    #[error("chunk {index} (at byte {start}): {error}")]
+    /// An error within a chunk; its byte positions count from the chunk's start.
+    #[error("chunk {index} (at byte {start} of the file): {error}")]
     InChunk {
         index: usize,
         start: usize,

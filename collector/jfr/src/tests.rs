@@ -420,20 +420,86 @@ mod hostile {
     }
 
     #[test]
-    fn a_huge_array_of_empty_values_is_refused_by_the_budget() {
-        // Frames of a class with no fields take no bytes: only the budget stops them.
+    fn arrays_of_values_that_take_no_bytes_or_longer_than_the_bytes_left_are_refused() {
+        // Frames of a class with no fields take no bytes: any count of them would fit.
         let mut classes = classes();
         classes[2] = (STACK_FRAME, "jdk.types.StackFrame", &[]);
         let mut frames = vec![0];
-        varint(&mut frames, i32::MAX as u64);
+        varint(&mut frames, 1000);
         let bytes = recording(&classes, &pools(frames), &[sample(1)]);
+        let e = jfr_to_batch(&bytes, JfrOptions::default()).expect_err("no bytes");
+        assert!(e.to_string().contains("which take no bytes"), "{e}");
+        // Real frames, more of them than bytes are left.
+        let mut frames = vec![0];
+        varint(&mut frames, 1 << 30);
+        let bytes = recording(&self::classes(), &pools(frames), &[sample(1)]);
+        let e = jfr_to_batch(&bytes, JfrOptions::default()).expect_err("too long");
+        assert!(e.to_string().contains("runs past the end"), "{e}");
+    }
+
+    #[test]
+    fn a_long_string_copied_for_every_event_runs_out_of_budget_at_once() {
+        // Each event names its thread inline (real producers pool threads), by a
+        // reference to one long pooled string: each copy is charged, so this ends in time
+        // in proportion to the recording's size instead of copying 60 KiB 20,000 times.
+        let mut classes = classes();
+        classes[0] = (
+            EXECUTION_SAMPLE,
+            "jdk.ExecutionSample",
+            &[
+                ("startTime", 1, false, false),
+                ("stackTrace", STACK_TRACE, true, false),
+                ("sampledThread", 26, false, false),
+            ],
+        );
+        classes.push((26, "java.lang.Thread", &[("javaName", 3, false, false)]));
+        let mut pools = pools(two_frames());
+        pools.push((3, vec![(1, text(&"x".repeat(60 << 10)))]));
+        let events: Vec<(i64, Vec<u8>)> = (0..20_000)
+            .map(|_| {
+                (
+                    EXECUTION_SAMPLE,
+                    [ids(&[5, 1]), vec![2], ids(&[1])].concat(),
+                )
+            })
+            .collect();
+        let bytes = recording(&classes, &pools, &events);
         let started = std::time::Instant::now();
         let e = jfr_to_batch(&bytes, JfrOptions::default()).expect_err("over budget");
         assert!(
-            e.to_string().contains("more values than its size allows"),
+            e.to_string().contains("more work than its size allows"),
             "{e}"
         );
-        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_label_context_of_more_pairs_than_a_list_holds_is_refused() {
+        let mut classes = classes();
+        classes[0] = (
+            EXECUTION_SAMPLE,
+            "jdk.ExecutionSample",
+            &[
+                ("startTime", 1, false, false),
+                ("stackTrace", STACK_TRACE, true, false),
+                ("contextId", 1, false, false),
+            ],
+        );
+        let events = [(EXECUTION_SAMPLE, ids(&[5, 1, 7]))];
+        let bytes = recording(&classes, &pools(two_frames()), &events);
+        let mut labels = LabelsSnapshot::default();
+        let mut context = crate::Context::default();
+        for i in 0..5000i64 {
+            labels.strings.insert(i, format!("k{i}"));
+            context.labels.insert(i, i);
+        }
+        labels.contexts.insert(7, context);
+        let options = JfrOptions {
+            labels: Some(labels),
+            ..Default::default()
+        };
+        let e = jfr_to_batch(&bytes, options).expect_err("too many labels");
+        assert!(e.to_string().contains("5000 labels (at most 4096)"), "{e}");
     }
 
     #[test]

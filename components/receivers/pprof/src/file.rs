@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use profcol_core::component::Refused;
 use profcol_core::jfr::{JfrOptions, jfr_to_batch};
 use profcol_core::pdata::ProfileBatch;
-use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, Decoded, decode_any};
+use profcol_core::pdata::codec::{DEFAULT_MAX_DECOMPRESSED_BYTES, Format, detect, maybe_gunzip};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::telemetry::{Counter, Telemetry};
 use tokio::time::MissedTickBehavior;
@@ -212,11 +212,10 @@ fn read_file(path: &Path) -> Result<Option<ProfileBatch>, FileError> {
         vec![string_kv(FILE_PATH_ATTRIBUTE, &path.to_string_lossy())],
     );
     // pprof or JFR (gzipped or not), told apart by their bytes, not by the file's name.
-    let (_, decoded) =
-        decode_any(&bytes, DEFAULT_MAX_DECOMPRESSED_BYTES).map_err(FileError::Decode)?;
-    let batch = match decoded {
-        Decoded::Pprof(profile) => pprof_to_batch(
-            &profile,
+    let plain = maybe_gunzip(&bytes, DEFAULT_MAX_DECOMPRESSED_BYTES).map_err(FileError::Decode)?;
+    let batch = match detect(&plain).map_err(FileError::Decode)? {
+        Format::Pprof => pprof_to_batch(
+            &plain,
             ToOtlpOptions {
                 resource_attributes: Vec::new(),
                 scope: Some(file_scope),
@@ -224,15 +223,15 @@ fn read_file(path: &Path) -> Result<Option<ProfileBatch>, FileError> {
             },
         )
         .map_err(FileError::Translate)?,
-        Decoded::Jfr(recording) => jfr_to_batch(
-            &recording,
+        Format::Jfr => jfr_to_batch(
+            &plain,
             JfrOptions {
                 scope: Some(file_scope),
                 ..JfrOptions::default()
             },
         )
         .map_err(FileError::Jfr)?,
-        Decoded::Otlp(_) => return Err(FileError::NotPprof),
+        Format::OtlpProtobuf | Format::OtlpJson => return Err(FileError::NotPprof),
     };
     Ok((batch.sample_count() > 0).then_some(batch))
 }

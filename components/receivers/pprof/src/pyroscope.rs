@@ -21,7 +21,7 @@ use crate::endpoint::RequestError;
 use crate::form::{multipart_boundary, param, parse_multipart, query_params};
 use crate::{SCOPE_INGEST, SCOPE_PUSH, scope, string_kv};
 use profcol_core::decode_budget::DecodePermit;
-use profcol_core::jfr::{JfrOptions, LabelsSnapshot, jfr_to_batch};
+use profcol_core::jfr::{JFR_DECODE_AMPLIFICATION, JfrOptions, LabelsSnapshot, jfr_to_batch};
 use profcol_core::pdata::limits::MAX_ATTRIBUTES_PER_LIST;
 
 /// The resource attribute `__name__` (the profile family, as `process_cpu`) goes to.
@@ -329,17 +329,24 @@ fn ingest_jfr(
         }
         None => (body, None),
     };
+    let recording_bytes = recording.len();
     let recording = decode(recording, limit, permit)?;
-    let labels =
-        match labels {
-            Some(bytes) => {
-                let plain = decode(bytes, limit, permit)?;
-                Some(LabelsSnapshot::decode(&plain).map_err(|e| {
-                    RequestError::Invalid(format!("the form's \"labels\" field: {e}"))
-                })?)
-            }
-            None => None,
-        };
+    let (labels, label_bytes) = match labels {
+        Some(bytes) => {
+            let plain = decode(bytes, limit, permit)?;
+            let snapshot = LabelsSnapshot::decode(&plain)
+                .map_err(|e| RequestError::Invalid(format!("the form's \"labels\" field: {e}")))?;
+            (Some(snapshot), bytes.len() + plain.len())
+        }
+        None => (None, 0),
+    };
+    // Both parts at once, at what reading a recording takes per byte.
+    permit
+        .cover_with(
+            recording_bytes + recording.len() + label_bytes,
+            JFR_DECODE_AMPLIFICATION,
+        )
+        .map_err(RequestError::Refused)?;
     let sample_rate = match param(params, "sampleRate")
         .map(str::trim)
         .filter(|v| !v.is_empty())

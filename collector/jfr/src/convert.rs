@@ -274,6 +274,11 @@ fn pool_id(v: Option<&Value<'_>>) -> Option<(i64, i64)> {
     }
 }
 
+/// A pool entry: (type, id).
+type PoolId = (i64, i64);
+/// A frame's method, line and frame type.
+type LocationKey = (Option<PoolId>, i64, Option<PoolId>);
+
 /// What a sample's attribute list is made of, to build each distinct list once.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct AttributeSource {
@@ -303,7 +308,8 @@ struct ChunkReader<'b> {
     symbols: HashMap<(i64, i64), String>,
     /// Frame type → (`profile.frame.type` attribute, whether the frame is native code).
     frame_types: HashMap<(i64, i64), (i32, bool)>,
-    locations: HashMap<(Option<(i64, i64)>, i64, Option<(i64, i64)>), i32>,
+    /// (method, line, frame type) → location.
+    locations: HashMap<LocationKey, i32>,
     threads: HashMap<(i64, i64), Vec<i32>>,
     states: HashMap<(i64, i64), String>,
     contexts: HashMap<i64, Vec<i32>>,

@@ -698,3 +698,122 @@ service:
         Some(1)
     );
 }
+
+/// Building alone: every component made once per id, in start order, nothing running.
+#[test]
+fn build_makes_each_component_once_in_start_order() {
+    let config = load_yaml(
+        r#"
+receivers:
+  test_source: {service: cart, batches: 1}
+processors:
+  test_tag: {key: a, value: b}
+exporters:
+  test_sink/a: {name: build-a}
+  test_sink/b: {name: build-b}
+service:
+  pipelines:
+    profiles/a: {receivers: [test_source], processors: [test_tag], exporters: [test_sink/a, test_sink/b]}
+    profiles/b: {receivers: [test_source], processors: [test_tag], exporters: [test_sink/b]}
+"#,
+    )
+    .expect("valid config");
+    let graph = Graph::build(
+        &config,
+        &registry(),
+        &Telemetry::new(),
+        ServiceOptions::default(),
+    )
+    .expect("builds");
+    assert_eq!(
+        graph.components(),
+        [
+            "exporter/test_sink/a",
+            "exporter/test_sink/b",
+            "processor/test_tag in pipeline/profiles/a",
+            "processor/test_tag in pipeline/profiles/b",
+            "receiver/test_source",
+        ]
+    );
+    // Made, not started: no sink has seen anything.
+    assert!(sink_contents("build-a").is_empty());
+}
+
+/// Exporter type `test_broken`: cannot be made.
+struct BrokenFactory;
+
+impl crate::component::ExporterFactory for BrokenFactory {
+    type Config = crate::testkit::SinkConfig;
+    fn type_name(&self) -> &'static str {
+        "test_broken"
+    }
+    fn stability(&self) -> crate::component::Stability {
+        crate::component::Stability::Development
+    }
+    fn helper_settings(
+        &self,
+        _: &crate::testkit::SinkConfig,
+    ) -> crate::exporterhelper::ExporterHelperSettings {
+        crate::exporterhelper::ExporterHelperSettings::default()
+    }
+    fn create(
+        &self,
+        _: crate::testkit::SinkConfig,
+        ctx: &crate::component::CreateContext,
+    ) -> Result<Box<dyn crate::component::Exporter>, crate::component::BuildError> {
+        Err(crate::component::BuildError::new(&ctx.id, "cannot be made"))
+    }
+}
+
+/// A component that cannot be made stops the collector before anything runs: the
+/// receiver never sends and the working exporter never receives.
+#[tokio::test]
+async fn a_build_error_starts_nothing() {
+    let mut reg = registry();
+    let _ = reg.exporter(BrokenFactory);
+    let config = load(
+        &[(
+            "test.yaml".into(),
+            r#"
+receivers:
+  test_source: {service: cart, batches: 3}
+exporters:
+  test_sink: {name: never-started}
+  test_broken: {}
+service:
+  pipelines:
+    profiles/a: {receivers: [test_source], exporters: [test_sink]}
+    profiles/b: {receivers: [test_source], exporters: [test_broken]}
+"#
+            .into(),
+        )],
+        &env,
+        &reg,
+    )
+    .expect("valid config");
+    let status = Status::new();
+    let telemetry = Telemetry::new();
+    let result = run(
+        config,
+        &reg,
+        telemetry.clone(),
+        status.clone(),
+        CancellationToken::new(),
+        ServiceOptions::default(),
+    )
+    .await;
+    let Err(ServiceError::Build(e)) = result else {
+        panic!("expected a build error, got {result:?}");
+    };
+    assert!(e.to_string().contains("cannot be made"), "{e}");
+    assert!(!status.is_ready());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(sink_contents("never-started").is_empty());
+    assert_eq!(
+        telemetry.value(
+            "otelcol_receiver_accepted_profile_samples_total",
+            &[("receiver", "test_source")]
+        ),
+        None
+    );
+}

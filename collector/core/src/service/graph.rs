@@ -1,0 +1,564 @@
+//! The collector as a graph of components, in three phases, each its own step:
+//!
+//! - [`Graph::build`] makes every component from the checked config, once per id:
+//!   extensions, exporters, each pipeline's processors, receivers. Nothing runs yet, so a
+//!   component that cannot be made stops the collector before anything started.
+//! - [`Graph::start`] starts them in dependency order (extensions, exporters, pipelines,
+//!   receivers) and waits, bounded, until every receiver can take data.
+//! - [`Running::shutdown`] stops them in the reverse order within a deadline: receivers
+//!   stop, pipelines flush, exporters drain, extensions end.
+//!
+//! Instances as otelcol makes them: one receiver per id feeding every pipeline that
+//! lists it; one processor chain per pipeline; one exporter (with its helper) per id, fed
+//! by every pipeline that lists it. A batch crosses two queues: the pipeline's bounded
+//! entrance (its fullness is the backpressure receivers see) and each exporter's sending
+//! queue.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::load::CollectorConfig;
+use super::pipeline::{Panicked, Stage, run_pipeline};
+use super::run::{ServiceError, ServiceOptions, label, spawn_component};
+use super::status::{ComponentStatus, Status};
+use crate::component::{
+    BuildError, ComponentId, CreateContext, Exporter, Extension, ExtensionContext, Kind,
+    ParsedConfig, ProcessorCreateContext, Receiver, ReceiverContext, ReceiverOutput, Registry,
+    ServiceGraph, Started, output::Entrance,
+};
+use crate::exporterhelper::{CatchUnwind, ExporterHandle, ExporterHelperSettings, panic_counter};
+use crate::telemetry::{ExporterCounters, ProcessorCounters, ReceiverCounters, Telemetry};
+
+/// How long start-up waits for receivers to report that they can take data.
+const RECEIVER_START_LIMIT: Duration = Duration::from_secs(10);
+
+/// An extension, made.
+struct ExtensionNode {
+    id: ComponentId,
+    extension: Box<dyn Extension>,
+}
+
+/// An exporter, made, with what its helper needs to start.
+struct ExporterNode {
+    exporter: Arc<dyn Exporter>,
+    settings: ExporterHelperSettings,
+    storage_dir: Option<PathBuf>,
+}
+
+/// A pipeline: its processors, made, and the exporters it feeds.
+struct PipelineNode {
+    id: String,
+    chain: Vec<Stage>,
+    exporters: Vec<ComponentId>,
+}
+
+/// A receiver, made, and the pipelines it feeds.
+struct ReceiverNode {
+    id: ComponentId,
+    receiver: Box<dyn Receiver>,
+    pipelines: Vec<String>,
+}
+
+/// Every component of a config, made and not yet running.
+pub struct Graph {
+    telemetry: Telemetry,
+    options: ServiceOptions,
+    service_graph: Arc<ServiceGraph>,
+    extensions: Vec<ExtensionNode>,
+    exporters: BTreeMap<ComponentId, ExporterNode>,
+    pipelines: Vec<PipelineNode>,
+    receivers: Vec<ReceiverNode>,
+}
+
+/// The parsed config of `id`: `load` checked that every listed id is defined.
+fn config_of<'c>(
+    config: &'c CollectorConfig,
+    kind: Kind,
+    id: &ComponentId,
+) -> Result<&'c ParsedConfig, BuildError> {
+    config.config_of(kind, id).ok_or_else(|| {
+        BuildError::new(
+            id,
+            format!(
+                "{} {id} has no config (not defined under {})",
+                kind.as_str(),
+                kind.section()
+            ),
+        )
+    })
+}
+
+fn no_factory(kind: Kind, id: &ComponentId) -> BuildError {
+    BuildError::new(
+        id,
+        format!(
+            "no {} factory of type {:?} is registered",
+            kind.as_str(),
+            id.type_name()
+        ),
+    )
+}
+
+impl Graph {
+    /// Makes every component of `config`, in the order they will start.
+    pub fn build(
+        config: &CollectorConfig,
+        registry: &Registry,
+        telemetry: &Telemetry,
+        options: ServiceOptions,
+    ) -> Result<Graph, BuildError> {
+        let mut graph = Graph {
+            telemetry: telemetry.clone(),
+            options,
+            service_graph: Arc::new(ServiceGraph {
+                pipelines: config.pipelines.clone(),
+                extensions: config.service_extensions.clone(),
+            }),
+            extensions: Vec::new(),
+            exporters: BTreeMap::new(),
+            pipelines: Vec::new(),
+            receivers: Vec::new(),
+        };
+        let storage = graph.build_extensions(config, registry)?;
+        graph.build_exporters(config, registry, &storage)?;
+        graph.build_pipelines(config, registry, &storage)?;
+        graph.build_receivers(config, registry, &storage)?;
+        Ok(graph)
+    }
+
+    /// Extensions first: exporters may need their storage. Returns the storage
+    /// directories they offer.
+    fn build_extensions(
+        &mut self,
+        config: &CollectorConfig,
+        registry: &Registry,
+    ) -> Result<Arc<Vec<(ComponentId, PathBuf)>>, BuildError> {
+        let mut storage = Vec::new();
+        for id in &config.service_extensions {
+            let parsed = config_of(config, Kind::Extension, id)?;
+            let factory = registry
+                .extensions
+                .get(id.type_name())
+                .ok_or_else(|| no_factory(Kind::Extension, id))?;
+            let ctx = CreateContext {
+                id: id.clone(),
+                telemetry: self.telemetry.clone(),
+                storage: Arc::default(),
+            };
+            let extension = factory.create(parsed, &ctx)?;
+            if let Some(dir) = extension.storage_directory() {
+                storage.push((id.clone(), dir));
+            }
+            self.extensions.push(ExtensionNode {
+                id: id.clone(),
+                extension,
+            });
+        }
+        Ok(Arc::new(storage))
+    }
+
+    /// One exporter per id that some pipeline uses.
+    fn build_exporters(
+        &mut self,
+        config: &CollectorConfig,
+        registry: &Registry,
+        storage: &Arc<Vec<(ComponentId, PathBuf)>>,
+    ) -> Result<(), BuildError> {
+        for id in config.pipelines.iter().flat_map(|p| &p.exporters) {
+            if self.exporters.contains_key(id) {
+                continue;
+            }
+            let parsed = config_of(config, Kind::Exporter, id)?;
+            let factory = registry
+                .exporters
+                .get(id.type_name())
+                .ok_or_else(|| no_factory(Kind::Exporter, id))?;
+            let ctx = CreateContext {
+                id: id.clone(),
+                telemetry: self.telemetry.clone(),
+                storage: storage.clone(),
+            };
+            let settings = factory.helper_settings(parsed);
+            let storage_dir = match &settings.queue.storage {
+                Some(name) if settings.queue.enabled => {
+                    let sid = ComponentId::parse(name).map_err(|e| BuildError::new(id, e))?;
+                    Some(ctx.storage_directory(&sid).map(std::path::Path::to_path_buf).ok_or_else(|| {
+                        BuildError::new(id, format!("sending_queue.storage names {sid}, which is not a running storage extension (list it in service::extensions)"))
+                    })?)
+                }
+                _ => None,
+            };
+            let exporter: Arc<dyn Exporter> = Arc::from(factory.create(parsed, &ctx)?);
+            self.exporters.insert(
+                id.clone(),
+                ExporterNode {
+                    exporter,
+                    settings,
+                    storage_dir,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Each pipeline's processors, in order.
+    fn build_pipelines(
+        &mut self,
+        config: &CollectorConfig,
+        registry: &Registry,
+        storage: &Arc<Vec<(ComponentId, PathBuf)>>,
+    ) -> Result<(), BuildError> {
+        for pipeline in &config.pipelines {
+            let mut chain = Vec::new();
+            for id in &pipeline.processors {
+                let parsed = config_of(config, Kind::Processor, id)?;
+                let factory = registry
+                    .processors
+                    .get(id.type_name())
+                    .ok_or_else(|| no_factory(Kind::Processor, id))?;
+                let ctx = ProcessorCreateContext {
+                    base: CreateContext {
+                        id: id.clone(),
+                        telemetry: self.telemetry.clone(),
+                        storage: storage.clone(),
+                    },
+                    pipeline: pipeline.id.clone(),
+                };
+                chain.push(Stage {
+                    id: id.clone(),
+                    processor: factory.create(parsed, &ctx)?,
+                    counters: ProcessorCounters::new(
+                        &self.telemetry,
+                        &id.to_string(),
+                        pipeline.id.as_str(),
+                    ),
+                    next_tick: None,
+                });
+            }
+            self.pipelines.push(PipelineNode {
+                id: pipeline.id.to_string(),
+                chain,
+                exporters: pipeline.exporters.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// One receiver per id, feeding every pipeline that lists it.
+    fn build_receivers(
+        &mut self,
+        config: &CollectorConfig,
+        registry: &Registry,
+        storage: &Arc<Vec<(ComponentId, PathBuf)>>,
+    ) -> Result<(), BuildError> {
+        for id in config.pipelines.iter().flat_map(|p| &p.receivers) {
+            if self.receivers.iter().any(|r| &r.id == id) {
+                continue;
+            }
+            let parsed = config_of(config, Kind::Receiver, id)?;
+            let factory = registry
+                .receivers
+                .get(id.type_name())
+                .ok_or_else(|| no_factory(Kind::Receiver, id))?;
+            let ctx = CreateContext {
+                id: id.clone(),
+                telemetry: self.telemetry.clone(),
+                storage: storage.clone(),
+            };
+            self.receivers.push(ReceiverNode {
+                id: id.clone(),
+                receiver: factory.create(parsed, &ctx)?,
+                pipelines: config
+                    .pipelines
+                    .iter()
+                    .filter(|p| p.receivers.contains(id))
+                    .map(|p| p.id.to_string())
+                    .collect(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The ids made, by kind, in start order (for tests and zpages-like views).
+    pub fn components(&self) -> Vec<String> {
+        let extensions = self
+            .extensions
+            .iter()
+            .map(|e| label(Kind::Extension, &e.id));
+        let exporters = self.exporters.keys().map(|id| label(Kind::Exporter, id));
+        let processors = self.pipelines.iter().flat_map(|p| {
+            p.chain
+                .iter()
+                .map(move |s| format!("{} in pipeline/{}", label(Kind::Processor, &s.id), p.id))
+        });
+        let receivers = self.receivers.iter().map(|r| label(Kind::Receiver, &r.id));
+        extensions
+            .chain(exporters)
+            .chain(processors)
+            .chain(receivers)
+            .collect()
+    }
+
+    /// Starts everything: extensions, exporters, pipelines, then receivers; returns once
+    /// every receiver can take data (or after [`RECEIVER_START_LIMIT`]).
+    pub async fn start(self, status: &Status) -> Result<Running, ServiceError> {
+        let Graph {
+            telemetry,
+            options,
+            service_graph,
+            extensions,
+            exporters,
+            pipelines,
+            receivers,
+        } = self;
+        let (fatal_tx, fatal_rx) = mpsc::unbounded_channel::<(String, String)>();
+
+        let extensions_stop = CancellationToken::new();
+        let extension_tasks = extensions
+            .into_iter()
+            .map(|node| {
+                let ctx = ExtensionContext {
+                    id: node.id.clone(),
+                    shutdown: extensions_stop.clone(),
+                    telemetry: telemetry.clone(),
+                    status: status.clone(),
+                    graph: service_graph.clone(),
+                };
+                let extension = node.extension;
+                spawn_component(
+                    label(Kind::Extension, &node.id),
+                    status.clone(),
+                    fatal_tx.clone(),
+                    telemetry.clone(),
+                    async move { extension.run(ctx).await },
+                )
+            })
+            .collect();
+
+        let mut handles: BTreeMap<ComponentId, ExporterHandle> = BTreeMap::new();
+        for (id, node) in exporters {
+            let counters = ExporterCounters::new(&telemetry, &id.to_string());
+            let handle = ExporterHandle::start(
+                id.clone(),
+                node.exporter,
+                &node.settings,
+                counters,
+                panic_counter(&telemetry, &label(Kind::Exporter, &id)),
+                node.storage_dir,
+            )
+            .map_err(|e| BuildError::new(&id, e))?;
+            status.set(&label(Kind::Exporter, &id), ComponentStatus::Ok);
+            handles.insert(id, handle);
+        }
+
+        let mut entrances: BTreeMap<String, Entrance> = BTreeMap::new();
+        let mut pipeline_tasks = Vec::new();
+        for node in pipelines {
+            let (tx, rx) = mpsc::channel(options.pipeline_capacity.max(1));
+            let admission = node
+                .chain
+                .iter()
+                .filter_map(|s| s.processor.admission())
+                .collect();
+            entrances.insert(node.id.clone(), Entrance { tx, admission });
+            let outputs: Vec<ExporterHandle> = node
+                .exporters
+                .iter()
+                .filter_map(|id| handles.get(id).cloned())
+                .collect();
+            pipeline_tasks.push(spawn_pipeline(
+                node.id,
+                node.chain,
+                rx,
+                outputs,
+                status.clone(),
+                fatal_tx.clone(),
+                telemetry.clone(),
+            ));
+        }
+
+        let receivers_stop = CancellationToken::new();
+        let mut receiver_tasks = Vec::new();
+        let mut receivers_started = Vec::new();
+        for node in receivers {
+            let feeds: Vec<Entrance> = node
+                .pipelines
+                .iter()
+                .filter_map(|p| entrances.get(p).cloned())
+                .collect();
+            let (started, started_rx) = Started::new();
+            receivers_started.push(started_rx);
+            // A receiver that ends cleanly without saying it started (nothing left to do)
+            // must not hold readiness back; one that fails must not be reported ready.
+            let started_on_return = started.clone();
+            let ctx = ReceiverContext {
+                id: node.id.clone(),
+                started,
+                output: ReceiverOutput::new(
+                    feeds,
+                    ReceiverCounters::new(&telemetry, &node.id.to_string()),
+                ),
+                shutdown: receivers_stop.clone(),
+                telemetry: telemetry.clone(),
+            };
+            let span = tracing::info_span!("receiver", receiver = %node.id);
+            let receiver = node.receiver;
+            receiver_tasks.push(spawn_component(
+                label(Kind::Receiver, &node.id),
+                status.clone(),
+                fatal_tx.clone(),
+                telemetry.clone(),
+                async move {
+                    let result = receiver.run(ctx).instrument(span).await;
+                    if result.is_ok() {
+                        started_on_return.ready();
+                    }
+                    result
+                },
+            ));
+        }
+        // Only receivers hold the entrances now, so the pipelines end when they do.
+        drop(entrances);
+        drop(fatal_tx);
+        wait_until_ready(receivers_started, status).await;
+        Ok(Running {
+            status: status.clone(),
+            fatal_rx,
+            receivers_stop,
+            receiver_tasks,
+            pipeline_tasks,
+            exporters: handles,
+            extensions_stop,
+            extension_tasks,
+        })
+    }
+}
+
+/// Ready once every receiver can take data, bounded, so that a receiver that never says
+/// so cannot keep the collector unready forever. A receiver that returned before saying so
+/// (it failed to start) keeps it unready: its failure is reported instead.
+async fn wait_until_ready(
+    receivers_started: Vec<tokio::sync::watch::Receiver<bool>>,
+    status: &Status,
+) {
+    let all_started = async {
+        let mut all = true;
+        for mut rx in receivers_started {
+            all &= rx.wait_for(|started| *started).await.is_ok();
+        }
+        all
+    };
+    match tokio::time::timeout(RECEIVER_START_LIMIT, all_started).await {
+        Ok(true) => {
+            status.set_ready(true);
+            tracing::info!("everything is ready; profiles are flowing");
+        }
+        Ok(false) => {}
+        Err(_) => {
+            tracing::warn!(
+                "a receiver has not reported itself started after {RECEIVER_START_LIMIT:?}; reporting ready anyway"
+            );
+            status.set_ready(true);
+        }
+    }
+}
+
+/// A pipeline's task; a processor's panic fails the pipeline and stops the collector.
+fn spawn_pipeline(
+    id: String,
+    chain: Vec<Stage>,
+    rx: mpsc::Receiver<crate::pdata::ProfileBatch>,
+    outputs: Vec<ExporterHandle>,
+    status: Status,
+    fatal: mpsc::UnboundedSender<(String, String)>,
+    telemetry: Telemetry,
+) -> JoinHandle<()> {
+    let span = tracing::info_span!("pipeline", pipeline = %id);
+    let name = format!("pipeline/{id}");
+    status.set(&name, ComponentStatus::Ok);
+    tokio::spawn(async move {
+        let ran = CatchUnwind::new(run_pipeline(rx, chain, outputs).instrument(span)).await;
+        let failure = match ran {
+            Ok(Ok(())) => None,
+            Ok(Err(Panicked { component, message })) => Some((component, message)),
+            Err(message) => Some((name.clone(), message)),
+        };
+        match failure {
+            None => status.set(&name, ComponentStatus::Stopped),
+            Some((component, message)) => {
+                // What the processors held is gone and their state is unknown: the
+                // pipeline is failed (health_check answers 503) and the collector stops
+                // with an error, for its supervisor to restart it.
+                panic_counter(&telemetry, &component).add(1);
+                let message = format!("{component} panicked: {message}");
+                tracing::error!(pipeline = %name, error = %message, "pipeline failed");
+                status.set(&name, ComponentStatus::FatalError(message.clone()));
+                let _ = fatal.send((name, message));
+            }
+        }
+    })
+}
+
+/// The collector running.
+pub struct Running {
+    status: Status,
+    fatal_rx: mpsc::UnboundedReceiver<(String, String)>,
+    receivers_stop: CancellationToken,
+    receiver_tasks: Vec<JoinHandle<()>>,
+    pipeline_tasks: Vec<JoinHandle<()>>,
+    exporters: BTreeMap<ComponentId, ExporterHandle>,
+    extensions_stop: CancellationToken,
+    extension_tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Waits for `shutdown`, or for a component to fail fatally (that failure).
+    pub async fn until_stopped(&mut self, shutdown: &CancellationToken) -> Option<ServiceError> {
+        tokio::select! {
+            () = shutdown.cancelled() => None,
+            Some((component, message)) = self.fatal_rx.recv() => {
+                Some(ServiceError::Fatal { component, message })
+            }
+        }
+    }
+
+    /// Stops everything by `deadline`: receivers stop (aborted past it), pipelines flush,
+    /// exporters drain what time is left, extensions end.
+    pub async fn shutdown(self, deadline: Instant) {
+        self.status.set_ready(false);
+        tracing::info!("shutting down: receivers stop, pipelines flush, exporters drain");
+        self.receivers_stop.cancel();
+        for task in self.receiver_tasks {
+            let abort = task.abort_handle();
+            if tokio::time::timeout_at(deadline, task).await.is_err() {
+                // A receiver that will not stop holds its pipelines' entrances open;
+                // dropping it lets them flush and the exporters drain.
+                tracing::warn!("a receiver did not stop within the shutdown timeout; aborting it");
+                abort.abort();
+            }
+        }
+        for task in self.pipeline_tasks {
+            let _ = tokio::time::timeout_at(deadline, task).await;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        for (id, handle) in &self.exporters {
+            self.status
+                .set(&label(Kind::Exporter, id), ComponentStatus::Stopping);
+            handle.shutdown(left).await;
+            self.status
+                .set(&label(Kind::Exporter, id), ComponentStatus::Stopped);
+        }
+        self.extensions_stop.cancel();
+        for task in self.extension_tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+        }
+    }
+}

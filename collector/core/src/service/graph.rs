@@ -1,8 +1,9 @@
 //! The collector as a graph of components, in three phases, each its own step:
 //!
 //! - [`Graph::build`] makes every component from the checked config, once per id:
-//!   extensions, exporters, each pipeline's processors, receivers. Nothing runs yet, so a
-//!   component that cannot be made stops the collector before anything started.
+//!   extensions, exporters, each pipeline's processors, receivers. The service starts
+//!   nothing yet (a component may hold a background task of its own, which ends when it
+//!   is dropped), so one that cannot be made stops the collector before anything ran.
 //! - [`Graph::start`] starts them in dependency order (extensions, exporters, pipelines,
 //!   receivers) and waits, bounded, until every receiver can take data.
 //! - [`Running::shutdown`] stops them in the reverse order within a deadline: receivers
@@ -73,7 +74,8 @@ pub struct Graph {
     options: ServiceOptions,
     service_graph: Arc<ServiceGraph>,
     extensions: Vec<ExtensionNode>,
-    exporters: BTreeMap<ComponentId, ExporterNode>,
+    /// In the order pipelines first list them.
+    exporters: Vec<(ComponentId, ExporterNode)>,
     pipelines: Vec<PipelineNode>,
     receivers: Vec<ReceiverNode>,
 }
@@ -123,7 +125,7 @@ impl Graph {
                 extensions: config.service_extensions.clone(),
             }),
             extensions: Vec::new(),
-            exporters: BTreeMap::new(),
+            exporters: Vec::new(),
             pipelines: Vec::new(),
             receivers: Vec::new(),
         };
@@ -173,7 +175,7 @@ impl Graph {
         storage: &Arc<Vec<(ComponentId, PathBuf)>>,
     ) -> Result<(), BuildError> {
         for id in config.pipelines.iter().flat_map(|p| &p.exporters) {
-            if self.exporters.contains_key(id) {
+            if self.exporters.iter().any(|(e, _)| e == id) {
                 continue;
             }
             let parsed = config_of(config, Kind::Exporter, id)?;
@@ -197,14 +199,14 @@ impl Graph {
                 _ => None,
             };
             let exporter: Arc<dyn Exporter> = Arc::from(factory.create(parsed, &ctx)?);
-            self.exporters.insert(
+            self.exporters.push((
                 id.clone(),
                 ExporterNode {
                     exporter,
                     settings,
                     storage_dir,
                 },
-            );
+            ));
         }
         Ok(())
     }
@@ -293,7 +295,10 @@ impl Graph {
             .extensions
             .iter()
             .map(|e| label(Kind::Extension, &e.id));
-        let exporters = self.exporters.keys().map(|id| label(Kind::Exporter, id));
+        let exporters = self
+            .exporters
+            .iter()
+            .map(|(id, _)| label(Kind::Exporter, id));
         let processors = self.pipelines.iter().flat_map(|p| {
             p.chain
                 .iter()
@@ -346,15 +351,26 @@ impl Graph {
         let mut handles: BTreeMap<ComponentId, ExporterHandle> = BTreeMap::new();
         for (id, node) in exporters {
             let counters = ExporterCounters::new(&telemetry, &id.to_string());
-            let handle = ExporterHandle::start(
+            let started = ExporterHandle::start(
                 id.clone(),
                 node.exporter,
                 &node.settings,
                 counters,
                 panic_counter(&telemetry, &label(Kind::Exporter, &id)),
                 node.storage_dir,
-            )
-            .map_err(|e| BuildError::new(&id, e))?;
+            );
+            let handle = match started {
+                Ok(handle) => handle,
+                Err(e) => {
+                    // A persistent queue that cannot open: stop what already started.
+                    extensions_stop.cancel();
+                    for (started_id, handle) in &handles {
+                        handle.shutdown(Duration::ZERO).await;
+                        status.set(&label(Kind::Exporter, started_id), ComponentStatus::Stopped);
+                    }
+                    return Err(BuildError::new(&id, e).into());
+                }
+            };
             status.set(&label(Kind::Exporter, &id), ComponentStatus::Ok);
             handles.insert(id, handle);
         }

@@ -699,7 +699,7 @@ service:
     );
 }
 
-/// Building alone: every component made once per id, in start order, nothing running.
+/// Building alone: every component made once per id, in the order they start.
 #[test]
 fn build_makes_each_component_once_in_start_order() {
     let config = load_yaml(
@@ -713,7 +713,7 @@ exporters:
   test_sink/b: {name: build-b}
 service:
   pipelines:
-    profiles/a: {receivers: [test_source], processors: [test_tag], exporters: [test_sink/a, test_sink/b]}
+    profiles/a: {receivers: [test_source], processors: [test_tag], exporters: [test_sink/b, test_sink/a]}
     profiles/b: {receivers: [test_source], processors: [test_tag], exporters: [test_sink/b]}
 "#,
     )
@@ -728,21 +728,20 @@ service:
     assert_eq!(
         graph.components(),
         [
-            "exporter/test_sink/a",
+            // In the order pipelines first list them.
             "exporter/test_sink/b",
+            "exporter/test_sink/a",
             "processor/test_tag in pipeline/profiles/a",
             "processor/test_tag in pipeline/profiles/b",
             "receiver/test_source",
         ]
     );
-    // Made, not started: no sink has seen anything.
-    assert!(sink_contents("build-a").is_empty());
 }
 
-/// Exporter type `test_broken`: cannot be made.
+/// Receiver type `test_broken`: cannot be made.
 struct BrokenFactory;
 
-impl crate::component::ExporterFactory for BrokenFactory {
+impl crate::component::ReceiverFactory for BrokenFactory {
     type Config = crate::testkit::SinkConfig;
     fn type_name(&self) -> &'static str {
         "test_broken"
@@ -750,40 +749,34 @@ impl crate::component::ExporterFactory for BrokenFactory {
     fn stability(&self) -> crate::component::Stability {
         crate::component::Stability::Development
     }
-    fn helper_settings(
-        &self,
-        _: &crate::testkit::SinkConfig,
-    ) -> crate::exporterhelper::ExporterHelperSettings {
-        crate::exporterhelper::ExporterHelperSettings::default()
-    }
     fn create(
         &self,
         _: crate::testkit::SinkConfig,
         ctx: &crate::component::CreateContext,
-    ) -> Result<Box<dyn crate::component::Exporter>, crate::component::BuildError> {
+    ) -> Result<Box<dyn crate::component::Receiver>, crate::component::BuildError> {
         Err(crate::component::BuildError::new(&ctx.id, "cannot be made"))
     }
 }
 
-/// A component that cannot be made stops the collector before anything runs: the
-/// receiver never sends and the working exporter never receives.
+/// A component that cannot be made stops the collector before anything starts: receivers
+/// are made last, yet no exporter, pipeline or receiver ran, nor has a status.
 #[tokio::test]
 async fn a_build_error_starts_nothing() {
     let mut reg = registry();
-    let _ = reg.exporter(BrokenFactory);
+    let _ = reg.receiver(BrokenFactory);
     let config = load(
         &[(
             "test.yaml".into(),
             r#"
 receivers:
   test_source: {service: cart, batches: 3}
+  test_broken: {}
 exporters:
   test_sink: {name: never-started}
-  test_broken: {}
 service:
   pipelines:
     profiles/a: {receivers: [test_source], exporters: [test_sink]}
-    profiles/b: {receivers: [test_source], exporters: [test_broken]}
+    profiles/b: {receivers: [test_broken], exporters: [test_sink]}
 "#
             .into(),
         )],
@@ -807,7 +800,11 @@ service:
     };
     assert!(e.to_string().contains("cannot be made"), "{e}");
     assert!(!status.is_ready());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        status.components().is_empty(),
+        "nothing started: {:?}",
+        status.components()
+    );
     assert!(sink_contents("never-started").is_empty());
     assert_eq!(
         telemetry.value(

@@ -281,6 +281,96 @@ pub enum BodyError {
     Read(String),
 }
 
+/// Why an HTTP receiver refused a request: what every HTTP receiver answers alike
+/// (status code, `Allow`, `Retry-After`), with the words each protocol uses for what it
+/// accepts. Each receiver maps it to its protocol's error body (OTLP's `google.rpc.Status`,
+/// Connect's `{code, message}`).
+#[derive(Debug, thiserror::Error)]
+pub enum Rejection {
+    #[error("no such path {path:?}; {accepted}")]
+    NotFound {
+        path: String,
+        /// What is accepted, and where (`OTLP profiles are accepted at POST ...`).
+        accepted: String,
+    },
+    #[error("method {0} is not allowed; use POST")]
+    MethodNotAllowed(http::Method),
+    #[error("unsupported content type {given:?}; use {accepted}")]
+    UnsupportedMediaType {
+        given: String,
+        accepted: &'static str,
+    },
+    #[error("unsupported content encoding {given:?}; use {accepted}")]
+    UnsupportedEncoding {
+        given: String,
+        accepted: &'static str,
+    },
+    #[error("the request body exceeds the limit of {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("cannot read the request body: {0}")]
+    Read(String),
+    #[error("the request body did not arrive within {}s", BODY_READ_TIMEOUT.as_secs())]
+    Timeout,
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Refused(crate::component::Refused),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// How long a client refused for backpressure is told to wait (`Retry-After`).
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+impl Rejection {
+    pub fn http_status(&self) -> http::StatusCode {
+        use crate::component::Refused;
+        use http::StatusCode;
+        match self {
+            Rejection::NotFound { .. } => StatusCode::NOT_FOUND,
+            Rejection::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Rejection::UnsupportedMediaType { .. } | Rejection::UnsupportedEncoding { .. } => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            Rejection::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Rejection::Timeout => StatusCode::REQUEST_TIMEOUT,
+            Rejection::Read(_) | Rejection::Invalid(_) => StatusCode::BAD_REQUEST,
+            Rejection::Refused(Refused::Full | Refused::MemoryLimit | Refused::Busy) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            Rejection::Refused(Refused::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The headers the status calls for: `Allow` on 405, `Retry-After` on backpressure.
+    pub fn add_headers(&self, headers: &mut http::HeaderMap) {
+        use crate::component::Refused;
+        match self {
+            Rejection::MethodNotAllowed(_) => {
+                headers.insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+            }
+            Rejection::Refused(Refused::Full | Refused::MemoryLimit | Refused::Busy) => {
+                headers.insert(
+                    http::header::RETRY_AFTER,
+                    http::HeaderValue::from(RETRY_AFTER.as_secs()),
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+impl From<BodyError> for Rejection {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::TooLarge { limit } => Rejection::TooLarge { limit },
+            BodyError::Timeout => Rejection::Timeout,
+            BodyError::Read(e) => Rejection::Read(e),
+        }
+    }
+}
+
 /// The `Content-Length` a request declares, if it declares a readable one.
 pub fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
     headers
@@ -336,4 +426,50 @@ pub fn respond(
         );
     }
     response
+}
+
+#[cfg(test)]
+mod rejection_tests {
+    use super::*;
+    use crate::component::Refused;
+
+    #[test]
+    fn every_http_receiver_answers_a_rejection_alike() {
+        let mut headers = http::HeaderMap::new();
+        let busy = Rejection::Refused(Refused::Busy);
+        assert_eq!(busy.http_status(), http::StatusCode::TOO_MANY_REQUESTS);
+        busy.add_headers(&mut headers);
+        assert_eq!(
+            headers.get(http::header::RETRY_AFTER).map(|v| v.as_bytes()),
+            Some(&b"1"[..])
+        );
+        let mut headers = http::HeaderMap::new();
+        let method = Rejection::MethodNotAllowed(http::Method::GET);
+        assert_eq!(method.http_status(), http::StatusCode::METHOD_NOT_ALLOWED);
+        method.add_headers(&mut headers);
+        assert_eq!(
+            headers.get(http::header::ALLOW).map(|v| v.as_bytes()),
+            Some(&b"POST"[..])
+        );
+        let media = Rejection::UnsupportedMediaType {
+            given: "text/csv".into(),
+            accepted: "application/proto",
+        };
+        assert_eq!(
+            media.http_status(),
+            http::StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+        assert_eq!(
+            media.to_string(),
+            "unsupported content type \"text/csv\"; use application/proto"
+        );
+        assert_eq!(
+            Rejection::from(BodyError::TooLarge { limit: 5 }).http_status(),
+            http::StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            Rejection::Refused(Refused::ShuttingDown).http_status(),
+            http::StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
 }

@@ -7,8 +7,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use http::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use profcol_core::component::Refused;
@@ -21,9 +21,9 @@ use prost::bytes::Bytes;
 
 use crate::Intake;
 use crate::decompress::unzstd;
-use crate::status::{RETRY_DELAY, RpcStatus, code, refused_status};
+use crate::status::{RpcStatus, code, refused_status};
 use profcol_core::decode_budget::DecodePermit;
-use profcol_core::server::{self, BODY_READ_TIMEOUT, BodyError, PeerAddr, read_body};
+use profcol_core::server::{self, PeerAddr, Rejection, read_body};
 
 pub(crate) const PROFILES_PATH: &str = "/v1development/profiles";
 const PROTOBUF: &str = "application/x-protobuf";
@@ -55,64 +55,34 @@ enum Coding {
     Zstd,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum HttpError {
-    #[error("no such path {0:?}; OTLP profiles are accepted at POST {PROFILES_PATH}")]
-    NotFound(String),
-    #[error("method {0} is not allowed; use POST")]
-    MethodNotAllowed(Method),
-    #[error("unsupported content type {0:?}; use {PROTOBUF} or {JSON}")]
-    UnsupportedMediaType(String),
-    #[error("unsupported content encoding {0:?}; use gzip, zstd or none")]
-    UnsupportedEncoding(String),
-    #[error("the request body exceeds the limit of {limit} bytes")]
-    TooLarge { limit: usize },
-    #[error("cannot read the request body: {0}")]
-    Read(String),
-    #[error("the request body did not arrive within {}s", BODY_READ_TIMEOUT.as_secs())]
-    Timeout,
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{0}")]
-    Refused(Refused),
-    #[error("internal error: {0}")]
-    Internal(String),
+/// A refused request: the rejection every HTTP receiver shares.
+pub(crate) type HttpError = Rejection;
+
+/// What the path, media types and encodings this endpoint accepts are, for its refusals.
+fn not_found(path: &str) -> HttpError {
+    Rejection::NotFound {
+        path: path.to_owned(),
+        accepted: format!("OTLP profiles are accepted at POST {PROFILES_PATH}"),
+    }
 }
+const MEDIA_TYPES: &str = "application/x-protobuf or application/json";
+const ENCODINGS: &str = "gzip, zstd or none";
 
-impl HttpError {
-    fn http_status(&self) -> StatusCode {
-        match self {
-            HttpError::NotFound(_) => StatusCode::NOT_FOUND,
-            HttpError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            HttpError::UnsupportedMediaType(_) | HttpError::UnsupportedEncoding(_) => {
-                StatusCode::UNSUPPORTED_MEDIA_TYPE
-            }
-            HttpError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            HttpError::Timeout => StatusCode::REQUEST_TIMEOUT,
-            HttpError::Read(_) | HttpError::Invalid(_) => StatusCode::BAD_REQUEST,
-            HttpError::Refused(Refused::Full | Refused::MemoryLimit | Refused::Busy) => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
-            HttpError::Refused(Refused::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
-            HttpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    fn rpc_status(&self) -> RpcStatus {
-        let code = match self {
-            HttpError::Refused(refused) => return refused_status(*refused),
-            HttpError::NotFound(_) => code::NOT_FOUND,
-            HttpError::MethodNotAllowed(_) => code::UNIMPLEMENTED,
-            HttpError::TooLarge { .. } => code::RESOURCE_EXHAUSTED,
-            HttpError::Timeout => code::DEADLINE_EXCEEDED,
-            HttpError::UnsupportedMediaType(_)
-            | HttpError::UnsupportedEncoding(_)
-            | HttpError::Read(_)
-            | HttpError::Invalid(_) => code::INVALID_ARGUMENT,
-            HttpError::Internal(_) => code::INTERNAL,
-        };
-        RpcStatus::new(code, self.to_string())
-    }
+/// The `google.rpc.Status` a refusal answers with.
+fn rpc_status(e: &HttpError) -> RpcStatus {
+    let code = match e {
+        Rejection::Refused(refused) => return refused_status(*refused),
+        Rejection::NotFound { .. } => code::NOT_FOUND,
+        Rejection::MethodNotAllowed(_) => code::UNIMPLEMENTED,
+        Rejection::TooLarge { .. } => code::RESOURCE_EXHAUSTED,
+        Rejection::Timeout => code::DEADLINE_EXCEEDED,
+        Rejection::UnsupportedMediaType { .. }
+        | Rejection::UnsupportedEncoding { .. }
+        | Rejection::Read(_)
+        | Rejection::Invalid(_) => code::INVALID_ARGUMENT,
+        Rejection::Internal(_) => code::INTERNAL,
+    };
+    RpcStatus::new(code, e.to_string())
 }
 
 /// The OTLP/HTTP handler, for [`profcol_core::server::serve`].
@@ -173,12 +143,15 @@ impl Inner {
         encoding: Result<Encoding, String>,
     ) -> Result<Encoding, HttpError> {
         if parts.uri.path() != PROFILES_PATH {
-            return Err(HttpError::NotFound(parts.uri.path().to_owned()));
+            return Err(not_found(parts.uri.path()));
         }
         if parts.method != Method::POST {
             return Err(HttpError::MethodNotAllowed(parts.method.clone()));
         }
-        let encoding = encoding.map_err(HttpError::UnsupportedMediaType)?;
+        let encoding = encoding.map_err(|given| Rejection::UnsupportedMediaType {
+            given,
+            accepted: MEDIA_TYPES,
+        })?;
         let coding = content_coding(&parts.headers)?;
         let limit = self.max_body_size;
         let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
@@ -228,7 +201,10 @@ fn content_coding(headers: &HeaderMap) -> Result<Coding, HttpError> {
         "" | "identity" => Ok(Coding::Identity),
         "gzip" | "x-gzip" => Ok(Coding::Gzip),
         "zstd" => Ok(Coding::Zstd),
-        _ => Err(HttpError::UnsupportedEncoding(text.into_owned())),
+        _ => Err(Rejection::UnsupportedEncoding {
+            given: text.into_owned(),
+            accepted: ENCODINGS,
+        }),
     }
 }
 
@@ -293,7 +269,7 @@ fn success(encoding: Encoding) -> Response<Full<Bytes>> {
 /// A `google.rpc.Status` body in the request's encoding; plain text when the request's
 /// encoding is not one of OTLP's.
 fn error_response(error: &HttpError, encoding: Option<Encoding>) -> Response<Full<Bytes>> {
-    let status = error.rpc_status();
+    let status = rpc_status(error);
     let mut response = match encoding {
         Some(Encoding::Protobuf) => respond(error.http_status(), PROTOBUF, status.encode_to_vec()),
         Some(Encoding::Json) => respond(
@@ -307,16 +283,7 @@ fn error_response(error: &HttpError, encoding: Option<Encoding>) -> Response<Ful
             status.message.into_bytes(),
         ),
     };
-    let headers = response.headers_mut();
-    match error {
-        HttpError::MethodNotAllowed(_) => {
-            headers.insert(ALLOW, HeaderValue::from_static("POST"));
-        }
-        HttpError::Refused(Refused::Full | Refused::MemoryLimit | Refused::Busy) => {
-            headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_DELAY.as_secs()));
-        }
-        _ => {}
-    }
+    error.add_headers(response.headers_mut());
     response
 }
 
@@ -324,19 +291,10 @@ fn respond(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Res
     server::respond(status, Some(content_type), body)
 }
 
-impl From<BodyError> for HttpError {
-    fn from(e: BodyError) -> Self {
-        match e {
-            BodyError::TooLarge { limit } => HttpError::TooLarge { limit },
-            BodyError::Timeout => HttpError::Timeout,
-            BodyError::Read(e) => HttpError::Read(e),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -382,7 +340,7 @@ mod tests {
         );
         assert!(matches!(
             content_coding(&headers(&[("content-encoding", "br")])),
-            Err(HttpError::UnsupportedEncoding(e)) if e == "br"
+            Err(Rejection::UnsupportedEncoding { given, .. }) if given == "br"
         ));
     }
 

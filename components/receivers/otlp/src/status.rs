@@ -8,7 +8,7 @@ use profcol_core::component::Refused;
 use prost::Message;
 
 /// How long a refused sender should wait before retrying.
-pub(crate) const RETRY_DELAY: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_DELAY: Duration = profcol_core::server::RETRY_AFTER;
 
 pub use profcol_proto::google_rpc::{
     Any as ProtoAny, Duration as ProtoDuration, RetryInfo, Status as RpcStatus,

@@ -7,8 +7,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{ALLOW, CONTENT_ENCODING, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use profcol_core::component::Refused;
@@ -17,7 +17,7 @@ use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::codec::{DecodeError, is_gzip, maybe_gunzip_reserving};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::pdata::semconv;
-use profcol_core::server::{BODY_READ_TIMEOUT, BodyError, read_body, respond};
+use profcol_core::server::{Rejection, read_body, respond};
 use prost::bytes::Bytes;
 
 use crate::form::{param, query_params};
@@ -32,8 +32,6 @@ pub const SERVICE_NAME_HEADER: &str = "x-service-name";
 const CONNECT_PROTO: &str = "application/proto";
 /// How long a request may wait for pipeline room.
 pub(crate) const DELIVER_DEADLINE: Duration = Duration::from_secs(5);
-/// What a 429 asks the sender to wait.
-const RETRY_AFTER_SECONDS: u64 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -63,81 +61,45 @@ impl Route {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum RequestError {
-    #[error(
-        "no such path {0:?}; profiles are accepted at POST {PPROF_PATH}, {INGEST_PATH} and {PUSH_PATH}"
-    )]
-    NotFound(String),
-    #[error("method {0} is not allowed; use POST")]
-    MethodNotAllowed(Method),
-    #[error("unsupported content encoding {0:?}; use gzip or none")]
-    UnsupportedEncoding(String),
-    #[error("unsupported content type {0:?}; use {CONNECT_PROTO}")]
-    UnsupportedMediaType(String),
-    #[error("the request body exceeds the limit of {limit} bytes")]
-    TooLarge { limit: usize },
-    #[error("cannot read the request body: {0}")]
-    Read(String),
-    #[error("the request body did not arrive within {}s", BODY_READ_TIMEOUT.as_secs())]
-    Timeout,
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{0}")]
-    Refused(Refused),
-    #[error("internal error: {0}")]
-    Internal(String),
+/// A refused request: the rejection every HTTP receiver shares.
+pub(crate) type RequestError = Rejection;
+
+fn not_found(path: String) -> RequestError {
+    Rejection::NotFound {
+        path,
+        accepted: format!(
+            "profiles are accepted at POST {PPROF_PATH}, {INGEST_PATH} and {PUSH_PATH}"
+        ),
+    }
 }
 
-impl RequestError {
-    /// A pprof decoding failure: over the cap is 413, anything else 400.
-    pub(crate) fn from_decode(e: DecodeError, limit: usize) -> Self {
-        match e {
-            DecodeError::TooLarge { .. } => RequestError::TooLarge { limit },
-            DecodeError::Busy => RequestError::Refused(Refused::Busy),
-            DecodeError::Protobuf(e) => RequestError::Invalid(format!(
-                "invalid pprof profile: not a valid protobuf message: {e}"
-            )),
-            other => RequestError::Invalid(other.to_string()),
-        }
+/// A pprof decoding failure: over the cap is 413, anything else 400.
+pub(crate) fn from_decode(e: DecodeError, limit: usize) -> RequestError {
+    match e {
+        DecodeError::TooLarge { .. } => Rejection::TooLarge { limit },
+        DecodeError::Busy => Rejection::Refused(Refused::Busy),
+        DecodeError::Protobuf(e) => Rejection::Invalid(format!(
+            "invalid pprof profile: not a valid protobuf message: {e}"
+        )),
+        other => Rejection::Invalid(other.to_string()),
     }
+}
 
-    fn status(&self) -> StatusCode {
-        match self {
-            RequestError::NotFound(_) => StatusCode::NOT_FOUND,
-            RequestError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            RequestError::UnsupportedEncoding(_) | RequestError::UnsupportedMediaType(_) => {
-                StatusCode::UNSUPPORTED_MEDIA_TYPE
-            }
-            RequestError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            RequestError::Read(_) | RequestError::Invalid(_) => StatusCode::BAD_REQUEST,
-            RequestError::Timeout => StatusCode::REQUEST_TIMEOUT,
-            RequestError::Refused(Refused::Full | Refused::MemoryLimit | Refused::Busy) => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
-            RequestError::Refused(Refused::ShuttingDown) => StatusCode::SERVICE_UNAVAILABLE,
-            RequestError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+/// The Connect error code (connectrpc.com/docs/protocol#error-codes).
+fn connect_code(e: &RequestError) -> &'static str {
+    match e {
+        Rejection::NotFound { .. } => "not_found",
+        Rejection::MethodNotAllowed(_) | Rejection::UnsupportedEncoding { .. } => "unimplemented",
+        Rejection::UnsupportedMediaType { .. } | Rejection::Read(_) | Rejection::Invalid(_) => {
+            "invalid_argument"
         }
-    }
-
-    /// The Connect error code (connectrpc.com/docs/protocol#error-codes).
-    fn connect_code(&self) -> &'static str {
-        match self {
-            RequestError::NotFound(_) => "not_found",
-            RequestError::MethodNotAllowed(_) | RequestError::UnsupportedEncoding(_) => {
-                "unimplemented"
-            }
-            RequestError::UnsupportedMediaType(_)
-            | RequestError::Read(_)
-            | RequestError::Invalid(_) => "invalid_argument",
-            RequestError::TooLarge { .. }
-            | RequestError::Refused(Refused::Full)
-            | RequestError::Refused(Refused::MemoryLimit)
-            | RequestError::Refused(Refused::Busy) => "resource_exhausted",
-            RequestError::Timeout => "deadline_exceeded",
-            RequestError::Refused(Refused::ShuttingDown) => "unavailable",
-            RequestError::Internal(_) => "internal",
-        }
+        Rejection::TooLarge { .. }
+        | Rejection::Refused(Refused::Full)
+        | Rejection::Refused(Refused::MemoryLimit)
+        | Rejection::Refused(Refused::Busy) => "resource_exhausted",
+        Rejection::Timeout => "deadline_exceeded",
+        Rejection::Refused(Refused::ShuttingDown) => "unavailable",
+        Rejection::Internal(_) => "internal",
     }
 }
 
@@ -171,7 +133,7 @@ impl Endpoint {
     ) -> Response<Full<Bytes>> {
         let path = request.uri().path().to_owned();
         let Some(route) = Route::of(&path) else {
-            return error_response(None, &RequestError::NotFound(path));
+            return error_response(None, &not_found(path));
         };
         let (parts, mut body) = request.into_parts();
         let outcome = self.inner.accept(route, parts, &mut body, peer).await;
@@ -202,7 +164,10 @@ impl Inner {
         if route == Route::Push {
             let media = media_type(&parts.headers);
             if !media.eq_ignore_ascii_case(CONNECT_PROTO) {
-                return Err(RequestError::UnsupportedMediaType(media));
+                return Err(Rejection::UnsupportedMediaType {
+                    given: media,
+                    accepted: CONNECT_PROTO,
+                });
             }
         }
         let limit = self.limit;
@@ -301,7 +266,10 @@ fn content_coding(headers: &HeaderMap) -> Result<bool, RequestError> {
     match text.trim().to_ascii_lowercase().as_str() {
         "" | "identity" => Ok(false),
         "gzip" | "x-gzip" => Ok(true),
-        _ => Err(RequestError::UnsupportedEncoding(text.into_owned())),
+        _ => Err(Rejection::UnsupportedEncoding {
+            given: text.into_owned(),
+            accepted: "gzip or none",
+        }),
     }
 }
 
@@ -320,8 +288,7 @@ pub(crate) fn decompress<'a>(
             "Content-Encoding is gzip but the body is not gzip data".into(),
         ));
     }
-    maybe_gunzip_reserving(body, limit, permit, body.len())
-        .map_err(|e| RequestError::from_decode(e, limit))
+    maybe_gunzip_reserving(body, limit, permit, body.len()).map_err(|e| from_decode(e, limit))
 }
 
 /// Plain text for `/v1/pprof` and `/ingest` (and unknown paths); a Connect error
@@ -330,45 +297,27 @@ fn error_response(route: Option<Route>, error: &RequestError) -> Response<Full<B
     let message = error.to_string();
     let mut response = match route {
         Some(Route::Push) => {
-            let body = serde_json::json!({"code": error.connect_code(), "message": message});
+            let body = serde_json::json!({"code": connect_code(error), "message": message});
             respond(
-                error.status(),
+                error.http_status(),
                 Some("application/json"),
                 body.to_string().into_bytes(),
             )
         }
         _ => respond(
-            error.status(),
+            error.http_status(),
             Some("text/plain; charset=utf-8"),
             message.into_bytes(),
         ),
     };
-    let headers = response.headers_mut();
-    match error {
-        RequestError::MethodNotAllowed(_) => {
-            headers.insert(ALLOW, HeaderValue::from_static("POST"));
-        }
-        RequestError::Refused(Refused::Full | Refused::MemoryLimit | Refused::Busy) => {
-            headers.insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
-        }
-        _ => {}
-    }
+    error.add_headers(response.headers_mut());
     response
-}
-
-impl From<BodyError> for RequestError {
-    fn from(e: BodyError) -> Self {
-        match e {
-            BodyError::TooLarge { limit } => RequestError::TooLarge { limit },
-            BodyError::Timeout => RequestError::Timeout,
-            BodyError::Read(e) => RequestError::Read(e),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -398,7 +347,7 @@ mod tests {
         );
         assert!(matches!(
             content_coding(&headers(&[("content-encoding", "br")])),
-            Err(RequestError::UnsupportedEncoding(e)) if e == "br"
+            Err(RequestError::UnsupportedEncoding { given, .. }) if given == "br"
         ));
         assert!(matches!(
             decompress(b"plain", true, 100, &mut budget.permit()),
@@ -428,11 +377,13 @@ mod tests {
         let r = error_response(Some(Route::Ingest), &RequestError::Refused(Refused::Full));
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(
-            r.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()),
+            r.headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()),
             Some("1")
         );
         assert_eq!(
-            RequestError::Refused(Refused::ShuttingDown).status(),
+            RequestError::Refused(Refused::ShuttingDown).http_status(),
             StatusCode::SERVICE_UNAVAILABLE
         );
     }

@@ -409,7 +409,7 @@ pub(crate) fn push(
                 permit,
                 body.len().saturating_add(used),
             )
-            .map_err(|e| at(RequestError::from_decode(e, limit)))?;
+            .map_err(|e| at(crate::endpoint::from_decode(e, limit)))?;
             used = used.saturating_add(plain.len());
             let translated = pprof_into(&mut builder, &plain)
                 .map_err(|e| at(RequestError::Invalid(format!("invalid pprof profile: {e}"))))?;
@@ -451,7 +451,7 @@ pub(crate) fn decode<'a>(
     permit: &mut DecodePermit,
 ) -> Result<Cow<'a, [u8]>, RequestError> {
     let plain = maybe_gunzip_reserving(bytes, limit, permit, bytes.len())
-        .map_err(|e| RequestError::from_decode(e, limit))?;
+        .map_err(|e| crate::endpoint::from_decode(e, limit))?;
     permit
         .cover(bytes.len().saturating_add(plain.len()))
         .map_err(RequestError::Refused)?;

@@ -15,12 +15,29 @@ use tower::{Layer, Service};
 use super::settings::RetrySettings;
 use crate::component::{ExportError, Exporter};
 use crate::pdata::ProfileBatch;
+use crate::telemetry::Histogram;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-/// Calls the exporter once.
+/// Calls the exporter once, timing the call (a call cut off by the timeout is timed to
+/// where it was cut).
 #[derive(Clone)]
-pub struct ExportService(pub Arc<dyn Exporter>);
+pub struct ExportService {
+    pub exporter: Arc<dyn Exporter>,
+    pub durations: Histogram,
+}
+
+/// Records an attempt's duration when it ends, however it ends.
+struct Timed {
+    started: Instant,
+    durations: Histogram,
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        self.durations.observe(self.started.elapsed().as_secs_f64());
+    }
+}
 
 impl Service<ProfileBatch> for ExportService {
     type Response = ();
@@ -32,8 +49,16 @@ impl Service<ProfileBatch> for ExportService {
     }
 
     fn call(&mut self, batch: ProfileBatch) -> Self::Future {
-        let exporter = self.0.clone();
-        Box::pin(async move { exporter.export(batch).await })
+        let exporter = self.exporter.clone();
+        let timed = Timed {
+            started: Instant::now(),
+            durations: self.durations.clone(),
+        };
+        Box::pin(async move {
+            let result = exporter.export(batch).await;
+            drop(timed);
+            result
+        })
     }
 }
 

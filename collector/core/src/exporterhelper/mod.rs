@@ -12,7 +12,7 @@ mod unwind;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tower::{Service, ServiceBuilder, ServiceExt};
 
@@ -23,7 +23,7 @@ pub use unwind::{CatchUnwind, panic_counter, panic_message};
 
 use crate::component::{ComponentId, ExportError, Exporter};
 use crate::pdata::ProfileBatch;
-use crate::telemetry::{Counter, ExporterCounters};
+use crate::telemetry::{Counter, ExporterCounters, Histogram};
 use queue::{DiskStore, Entry, PushError, SendingQueue};
 
 type Sender = tower::retry::Retry<Backoff, layers::Timeout<ExportService>>;
@@ -76,7 +76,10 @@ impl ExporterHandle {
         let sender = ServiceBuilder::new()
             .retry(Backoff::new(settings.retry.clone()))
             .layer(TimeoutLayer(settings.timeout))
-            .service(ExportService(exporter.clone()));
+            .service(ExportService {
+                exporter: exporter.clone(),
+                durations: counters.send_duration.clone(),
+            });
         let q = &settings.queue;
         let (queue, disk) = if q.enabled {
             let (disk, preloaded) = match storage {
@@ -280,6 +283,7 @@ fn sanitize(id: &str) -> String {
 /// counted; the caller's task carries on.
 async fn send(inner: &Inner, batch: ProfileBatch) -> Result<(), ExportError> {
     let samples = batch.sample_count() as u64;
+    let data_times = data_times(&batch);
     let mut sender = inner.sender.clone();
     let attempts = async move {
         match sender.ready().await {
@@ -298,7 +302,10 @@ async fn send(inner: &Inner, batch: ProfileBatch) -> Result<(), ExportError> {
         }
     };
     match &result {
-        Ok(()) => inner.counters.sent.add(samples),
+        Ok(()) => {
+            inner.counters.sent.add(samples);
+            observe_latency(&inner.counters.latency, &data_times, SystemTime::now());
+        }
         Err(e) => {
             inner.counters.send_failed.add(samples);
             let kind = if e.is_retryable() {
@@ -310,6 +317,44 @@ async fn send(inner: &Inner, batch: ProfileBatch) -> Result<(), ExportError> {
         }
     }
     result
+}
+
+/// When each sample's data is from, in Unix nanoseconds: its earliest timestamp, else its
+/// profile's time; samples with neither are left out.
+fn data_times(batch: &ProfileBatch) -> Vec<u64> {
+    let mut times = Vec::with_capacity(batch.sample_count());
+    for profile in batch.profiles() {
+        for sample in profile.samples.iter() {
+            let t = sample
+                .timestamps_unix_nano
+                .iter()
+                .min()
+                .unwrap_or(profile.time_unix_nano);
+            if t > 0 {
+                times.push(t);
+            }
+        }
+    }
+    times
+}
+
+/// Adds each sample's age at `acknowledged` to the latency histogram, in one update.
+fn observe_latency(latency: &Histogram, data_times: &[u64], acknowledged: SystemTime) {
+    if data_times.is_empty() {
+        return;
+    }
+    let now = acknowledged
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let mut counts = vec![0u64; latency.buckets()];
+    let mut sum = 0.0;
+    for &t in data_times {
+        // Data stamped in the future (a skewed clock) is as late as data from now.
+        let age = now.saturating_sub(t) as f64 / 1e9;
+        counts[latency.bucket_of(age)] += 1;
+        sum += age;
+    }
+    latency.add_counts(&counts, sum);
 }
 
 /// A queue consumer: takes entries until the queue is closed and drained. A panic while

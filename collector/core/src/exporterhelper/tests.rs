@@ -641,3 +641,121 @@ async fn batches_held_in_memory_reach_the_disk_at_shutdown() {
     assert_eq!(ok.delivered.load(Ordering::SeqCst), 1 + 2 + 4);
     assert_eq!(names_in(&queue_dir), Vec::<String>::new());
 }
+
+/// `samples` samples in a profile of time `time_unix_nano`.
+fn batch_at(samples: usize, time_unix_nano: u64) -> ProfileBatch {
+    let mut b = batch(samples);
+    for rp in b.resource_profiles_mut() {
+        for sp in &mut rp.scope_profiles {
+            for p in &mut sp.profiles {
+                p.time_unix_nano = time_unix_nano;
+            }
+        }
+    }
+    b
+}
+
+fn now_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Real time: how late data is acknowledged moves by what a slow backend adds, and
+/// each attempt's duration is what the backend took.
+#[tokio::test]
+async fn latency_and_send_duration_move_by_the_backends_delay() {
+    let t = Telemetry::new();
+    let patient = ExporterHelperSettings {
+        timeout: Duration::from_secs(30),
+        ..settings(false)
+    };
+    let start = |name: &str, delay: Duration| {
+        ExporterHandle::start(
+            ComponentId::new("scripted", Some(name)),
+            Scripted::new(Vec::new(), delay),
+            &patient,
+            ExporterCounters::new(&t, &format!("scripted/{name}")),
+            panics(&t),
+            None,
+        )
+        .expect("start")
+    };
+    let fast = start("fast", Duration::ZERO);
+    let slow = start("slow", Duration::from_millis(1200));
+    fast.consume(batch_at(5, now_nanos())).await.expect("sent");
+    slow.consume(batch_at(5, now_nanos())).await.expect("sent");
+    // Data from 30 s ago is 30 s late whatever the backend.
+    fast.consume(batch_at(2, now_nanos() - 30_000_000_000))
+        .await
+        .expect("sent");
+    let histogram = |name: &str, exporter: &str| {
+        t.histogram_of(name, &[("exporter", exporter)])
+            .unwrap_or_else(|| panic!("{name} for {exporter}"))
+    };
+    let fast_latency = histogram("otelcol_exporter_profile_latency_seconds", "scripted/fast");
+    let slow_latency = histogram("otelcol_exporter_profile_latency_seconds", "scripted/slow");
+    assert_eq!(fast_latency.count(), 7, "one per sample");
+    assert_eq!(fast_latency.count_at_or_below(0.5), 5);
+    assert_eq!(fast_latency.count_at_or_below(10.0), 5);
+    assert_eq!(fast_latency.count_at_or_below(60.0), 7);
+    assert_eq!(slow_latency.count(), 5);
+    assert_eq!(
+        slow_latency.count_at_or_below(1.0),
+        0,
+        "at least the 1.2 s it took"
+    );
+    assert_eq!(slow_latency.count_at_or_below(2.5), 5);
+    let slow_sends = histogram("otelcol_exporter_send_duration_seconds", "scripted/slow");
+    assert_eq!(slow_sends.count(), 1);
+    assert!(
+        slow_sends.sum_seconds() >= 1.2,
+        "{}",
+        slow_sends.sum_seconds()
+    );
+    assert_eq!(
+        histogram("otelcol_exporter_send_duration_seconds", "scripted/fast")
+            .count_at_or_below(0.25),
+        2
+    );
+}
+
+/// Attempts that time out are timed to the timeout, and data that never arrived is not
+/// counted as late.
+#[tokio::test(start_paused = true)]
+async fn timed_out_attempts_are_timed_and_failed_data_has_no_latency() {
+    let t = Telemetry::new();
+    let exp = Scripted::new(Vec::new(), Duration::from_secs(5));
+    let h = ExporterHandle::start(
+        ComponentId::new("scripted", None),
+        exp,
+        &settings(false),
+        counters(&t),
+        panics(&t),
+        None,
+    )
+    .expect("start");
+    h.consume(batch_at(3, now_nanos()))
+        .await
+        .expect_err("times out");
+    let sends = t
+        .histogram_of(
+            "otelcol_exporter_send_duration_seconds",
+            &[("exporter", "scripted")],
+        )
+        .expect("there");
+    assert!(sends.count() >= 2, "every attempt: {}", sends.count());
+    assert_eq!(sends.count_at_or_below(0.5), 0);
+    assert_eq!(
+        sends.count_at_or_below(1.0),
+        sends.count(),
+        "cut at the 1 s timeout"
+    );
+    let latency = t
+        .histogram_of(
+            "otelcol_exporter_profile_latency_seconds",
+            &[("exporter", "scripted")],
+        )
+        .expect("there");
+    assert_eq!(latency.count(), 0);
+}

@@ -1,7 +1,7 @@
 //! The counters the framework keeps at each edge of the graph, with otelcol's names and
 //! labels. Components never touch these.
 
-use super::metrics::{Counter, Gauge, Telemetry};
+use super::metrics::{Counter, Gauge, Histogram, Telemetry};
 
 #[derive(Clone, Debug, Default)]
 pub struct ReceiverCounters {
@@ -90,6 +90,11 @@ impl ProcessorCounters {
 
 #[derive(Clone, Debug, Default)]
 pub struct ExporterCounters {
+    /// Each export attempt's duration, from the call to its answer (or its timeout).
+    pub send_duration: Histogram,
+    /// How late samples were acknowledged: from each sample's own timestamp (its
+    /// profile's time when it has none) to the backend's answer.
+    pub latency: Histogram,
     pub sent: Counter,
     pub send_failed: Counter,
     pub enqueue_failed: Counter,
@@ -102,6 +107,16 @@ impl ExporterCounters {
         let l = [("exporter", exporter)];
         let d = [("exporter", exporter), ("data_type", "profiles")];
         ExporterCounters {
+            send_duration: t.histogram(
+                "otelcol_exporter_send_duration_seconds",
+                "Duration of each export attempt, to the backend's answer or the timeout.",
+                &l,
+            ),
+            latency: t.histogram(
+                "otelcol_exporter_profile_latency_seconds",
+                "Age of each sample when the backend acknowledged it: from its timestamp (its profile's time without one).",
+                &l,
+            ),
             sent: t.counter(
                 "otelcol_exporter_sent_profile_samples_total",
                 "Profile samples successfully sent.",

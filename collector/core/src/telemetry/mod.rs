@@ -6,4 +6,4 @@ pub mod heap;
 mod metrics;
 
 pub use edges::{ExporterCounters, ProcessorCounters, ReceiverCounters};
-pub use metrics::{Counter, Gauge, Telemetry};
+pub use metrics::{Counter, Gauge, Histogram, LATENCY_BUCKETS, Telemetry};

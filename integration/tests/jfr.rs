@@ -240,7 +240,12 @@ fn a_jdk_recording_is_read_by_the_file_receiver_and_convert_as_the_jdk_counts_it
         counts["jdk.ObjectAllocationSample"]
     );
     assert_eq!(seen.totals["alloc_sample_bytes"], weight);
-    assert_eq!(seen.totals["contentions"], counts["jdk.JavaMonitorEnter"]);
+    // Monitor waits and parks both count contentions (mutex and block profiles).
+    let parks = counts.get("jdk.ThreadPark").copied().unwrap_or(0);
+    assert_eq!(
+        seen.totals["contentions"],
+        counts["jdk.JavaMonitorEnter"] + parks
+    );
     // The known methods, in order under their callers.
     let burner = under(
         &seen,

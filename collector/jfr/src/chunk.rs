@@ -292,25 +292,6 @@ impl<'a> Chunk<'a> {
         self.spend(n, 0)
     }
 
-    /// Whether values of `type_id` always take at least one byte: the count of an array
-    /// of them is then bounded by the bytes left. A class of no fields (or of fields that
-    /// take none) takes none.
-    fn takes_bytes(&self, type_id: i64, depth: usize) -> bool {
-        let Some(class) = self.types.get(type_id) else {
-            return true;
-        };
-        match class.kind {
-            Kind::Struct => {
-                depth > MAX_VALUE_DEPTH
-                    || class
-                        .fields
-                        .iter()
-                        .any(|f| f.array || f.pooled || self.takes_bytes(f.type_id, depth + 1))
-            }
-            _ => true,
-        }
-    }
-
     /// The value of a field of `type_id` at `c`: an array of them, a pool reference, or
     /// the value in place.
     fn field_value(
@@ -322,7 +303,7 @@ impl<'a> Chunk<'a> {
         if array {
             let at = c.pos();
             let n = c.len("an array's length")?;
-            if !pooled && !self.takes_bytes(type_id, 0) {
+            if !pooled && !self.types.takes_bytes(type_id) {
                 return Err(JfrError::Invalid {
                     what: format!("an array of {n} values of type {type_id}, which take no bytes"),
                     at,

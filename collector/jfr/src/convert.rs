@@ -836,6 +836,12 @@ impl<'b> ChunkReader<'b> {
         let dictionary = self.builder.dictionary();
         let mut keys = std::collections::HashSet::new();
         list.retain(|&a| keys.insert(dictionary.attribute(a).key_strindex));
+        if list.len() > MAX_ATTRIBUTES_PER_LIST {
+            return Err(JfrError::Labels(format!(
+                "a sample would carry {} attributes (at most {MAX_ATTRIBUTES_PER_LIST})",
+                list.len()
+            )));
+        }
         let id = self.attribute_lists.id(list);
         self.attribute_sources.insert(source, id);
         Ok(id)

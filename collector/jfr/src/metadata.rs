@@ -55,9 +55,47 @@ impl Class {
 pub(crate) struct Types {
     classes: HashMap<i64, Class>,
     by_name: HashMap<String, i64>,
+    /// Classes whose every value takes at least one byte (see [`Types::takes_bytes`]).
+    sized: std::collections::HashSet<i64>,
 }
 
 impl Types {
+    /// Whether values of `type_id` always take at least one byte: the count of an array
+    /// of them is then bounded by the bytes left. A class of no fields, or only of fields
+    /// that take none (itself, in a loop), takes none.
+    pub fn takes_bytes(&self, type_id: i64) -> bool {
+        self.sized.contains(&type_id)
+    }
+
+    /// Works out [`Types::takes_bytes`] for every class at once: in time linear in the
+    /// metadata, whatever its nesting (a class is sized once a field of it is).
+    fn size_classes(&mut self) {
+        let mut holders: HashMap<i64, Vec<i64>> = HashMap::new();
+        let mut ready = Vec::new();
+        for (&id, class) in &self.classes {
+            let sized = match class.kind {
+                Kind::Struct => class.fields.iter().any(|f| f.array || f.pooled),
+                _ => true,
+            };
+            if sized {
+                ready.push(id);
+            }
+            for f in &class.fields {
+                holders.entry(f.type_id).or_default().push(id);
+            }
+        }
+        while let Some(id) = ready.pop() {
+            if !self.sized.insert(id) {
+                continue;
+            }
+            for &holder in holders.get(&id).map_or(&[][..], Vec::as_slice) {
+                if !self.sized.contains(&holder) {
+                    ready.push(holder);
+                }
+            }
+        }
+    }
+
     pub fn get(&self, id: i64) -> Option<&Class> {
         self.classes.get(&id)
     }
@@ -108,6 +146,7 @@ pub(crate) fn read_metadata(c: &mut Cursor<'_>) -> Result<Types, JfrError> {
         types.by_name.entry(class.1.name.clone()).or_insert(class.0);
         types.classes.insert(class.0, class.1);
     }
+    types.size_classes();
     // Every field's type must be a class of this chunk.
     for class in types.classes.values() {
         for f in &class.fields {

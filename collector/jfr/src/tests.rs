@@ -438,6 +438,36 @@ mod hostile {
     }
 
     #[test]
+    fn deeply_nested_fieldless_classes_are_sized_at_once() {
+        // 17 classes, each of 10 fields of the next and none of bytes: asking whether an
+        // array of the first takes bytes by walking them would take 10^16 steps.
+        let mut classes = classes();
+        for level in 0..17i64 {
+            let name: &'static str = Box::leak(format!("app.Level{level}").into_boxed_str());
+            let fields: &'static [(&'static str, i64, bool, bool)] = if level == 16 {
+                &[]
+            } else {
+                Box::leak(vec![("f", 41 + level, false, false); 10].into_boxed_slice())
+            };
+            classes.push((40 + level, name, fields));
+        }
+        classes[0] = (
+            EXECUTION_SAMPLE,
+            "jdk.ExecutionSample",
+            &[("startTime", 1, false, false), ("levels", 40, false, true)],
+        );
+        let bytes = recording(
+            &classes,
+            &pools(two_frames()),
+            &[(EXECUTION_SAMPLE, ids(&[5, 3]))],
+        );
+        let started = std::time::Instant::now();
+        let e = jfr_to_batch(&bytes, JfrOptions::default()).expect_err("no bytes");
+        assert!(e.to_string().contains("which take no bytes"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    #[test]
     fn a_long_string_copied_for_every_event_runs_out_of_budget_at_once() {
         // Each event names its thread inline (real producers pool threads), by a
         // reference to one long pooled string: each copy is charged, so this ends in time

@@ -319,10 +319,11 @@ async fn send(inner: &Inner, batch: ProfileBatch) -> Result<(), ExportError> {
     result
 }
 
-/// When each sample's data is from, in Unix nanoseconds: its earliest timestamp, else its
-/// profile's time; samples with neither are left out.
-fn data_times(batch: &ProfileBatch) -> Vec<u64> {
-    let mut times = Vec::with_capacity(batch.sample_count());
+/// When each sample's data is from, in Unix nanoseconds (its earliest timestamp, else
+/// its profile's time), as runs of (time, samples): samples of one profile without
+/// timestamps are one run. Samples with no time at all are left out.
+fn data_times(batch: &ProfileBatch) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
     for profile in batch.profiles() {
         for sample in profile.samples.iter() {
             let t = sample
@@ -330,16 +331,18 @@ fn data_times(batch: &ProfileBatch) -> Vec<u64> {
                 .iter()
                 .min()
                 .unwrap_or(profile.time_unix_nano);
-            if t > 0 {
-                times.push(t);
+            match runs.last_mut() {
+                _ if t == 0 => {}
+                Some((last, n)) if *last == t => *n += 1,
+                _ => runs.push((t, 1)),
             }
         }
     }
-    times
+    runs
 }
 
 /// Adds each sample's age at `acknowledged` to the latency histogram, in one update.
-fn observe_latency(latency: &Histogram, data_times: &[u64], acknowledged: SystemTime) {
+fn observe_latency(latency: &Histogram, data_times: &[(u64, u64)], acknowledged: SystemTime) {
     if data_times.is_empty() {
         return;
     }
@@ -348,11 +351,11 @@ fn observe_latency(latency: &Histogram, data_times: &[u64], acknowledged: System
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     let mut counts = vec![0u64; latency.buckets()];
     let mut sum = 0.0;
-    for &t in data_times {
+    for &(t, n) in data_times {
         // Data stamped in the future (a skewed clock) is as late as data from now.
         let age = now.saturating_sub(t) as f64 / 1e9;
-        counts[latency.bucket_of(age)] += 1;
-        sum += age;
+        counts[latency.bucket_of(age)] += n;
+        sum += age * n as f64;
     }
     latency.add_counts(&counts, sum);
 }

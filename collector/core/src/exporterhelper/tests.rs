@@ -696,7 +696,7 @@ async fn latency_and_send_duration_move_by_the_backends_delay() {
     let fast_latency = histogram("otelcol_exporter_profile_latency_seconds", "scripted/fast");
     let slow_latency = histogram("otelcol_exporter_profile_latency_seconds", "scripted/slow");
     assert_eq!(fast_latency.count(), 7, "one per sample");
-    assert_eq!(fast_latency.count_at_or_below(0.5), 5);
+    assert_eq!(fast_latency.count_at_or_below(1.0), 5);
     assert_eq!(fast_latency.count_at_or_below(10.0), 5);
     assert_eq!(fast_latency.count_at_or_below(60.0), 7);
     assert_eq!(slow_latency.count(), 5);
@@ -705,7 +705,7 @@ async fn latency_and_send_duration_move_by_the_backends_delay() {
         0,
         "at least the 1.2 s it took"
     );
-    assert_eq!(slow_latency.count_at_or_below(2.5), 5);
+    assert_eq!(slow_latency.count_at_or_below(10.0), 5);
     let slow_sends = histogram("otelcol_exporter_send_duration_seconds", "scripted/slow");
     assert_eq!(slow_sends.count(), 1);
     assert!(
@@ -714,8 +714,7 @@ async fn latency_and_send_duration_move_by_the_backends_delay() {
         slow_sends.sum_seconds()
     );
     assert_eq!(
-        histogram("otelcol_exporter_send_duration_seconds", "scripted/fast")
-            .count_at_or_below(0.25),
+        histogram("otelcol_exporter_send_duration_seconds", "scripted/fast").count_at_or_below(1.0),
         2
     );
 }

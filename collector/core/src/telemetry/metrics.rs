@@ -94,9 +94,7 @@ impl Histogram {
         self.0.buckets[i].fetch_add(n, Ordering::Relaxed);
         self.0.count.fetch_add(n, Ordering::Relaxed);
         let micros = (seconds * 1e6).min(u64::MAX as f64) as u64;
-        self.0
-            .sum_micros
-            .fetch_add(micros.saturating_mul(n), Ordering::Relaxed);
+        add_saturating(&self.0.sum_micros, micros.saturating_mul(n));
     }
 
     /// Adds counts gathered per bucket (as [`Histogram::bucket_of`] numbers them) with
@@ -111,7 +109,7 @@ impl Histogram {
         }
         self.0.count.fetch_add(total, Ordering::Relaxed);
         let micros = (sum_seconds.max(0.0) * 1e6).min(u64::MAX as f64) as u64;
-        self.0.sum_micros.fetch_add(micros, Ordering::Relaxed);
+        add_saturating(&self.0.sum_micros, micros);
     }
 
     /// How many buckets there are (bounds plus `+Inf`).
@@ -135,6 +133,14 @@ impl Histogram {
             .map(|b| b.load(Ordering::Relaxed))
             .sum()
     }
+}
+
+/// Adds without wrapping: a sender whose times are in the wrong unit makes ages of
+/// decades, and a sum that wrapped would read as a reset.
+fn add_saturating(a: &AtomicU64, v: u64) {
+    let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+        Some(old.saturating_add(v))
+    });
 }
 
 enum Series {
@@ -310,7 +316,8 @@ impl Telemetry {
                             );
                         }
                         let _ = writeln!(out, "{name}_sum{} {}", braces(None), h.sum_seconds());
-                        let _ = writeln!(out, "{name}_count{} {}", braces(None), h.count());
+                        // The `+Inf` bucket's count, read once, so the two always agree.
+                        let _ = writeln!(out, "{name}_count{} {cumulative}", braces(None));
                         continue;
                     }
                 };

@@ -141,6 +141,12 @@ pub fn build_native(dir: &Path, source: &str, out: &str, flags: &[&str]) -> Path
     path
 }
 
+/// The Go build cache the tests' Go programs share: a fresh one per test rebuilt the
+/// standard library each time, tens of CPU-seconds beside tests that measure CPU.
+pub fn go_cache() -> PathBuf {
+    repo().join("target/peers/gocache")
+}
+
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("profcol-it-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -61,7 +61,7 @@ fn go_pprof_server(dir: &Path, port: u16) -> Option<Peer> {
         .arg(&src)
         .env("GO111MODULE", "off")
         .env("HOME", std::env::temp_dir())
-        .env("GOCACHE", dir.join("gocache"))
+        .env("GOCACHE", profcol_integration::go_cache())
         .status()
         .expect("go build runs");
     assert!(built.success(), "go build failed");

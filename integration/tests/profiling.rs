@@ -220,7 +220,7 @@ fn a_stripped_go_binary_is_symbolized_from_gopclntab_with_inlined_functions() {
         .env("GOPROXY", "off")
         .env("GOTOOLCHAIN", "local")
         .env("HOME", std::env::temp_dir())
-        .env("GOCACHE", dir.join("gocache"))
+        .env("GOCACHE", profcol_integration::go_cache())
         .status()
         .expect("go build");
     assert!(ok.success());

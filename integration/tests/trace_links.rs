@@ -40,7 +40,7 @@ fn go_traced(dir: &Path, port: u16, log: &Path) -> Option<Peer> {
         .arg(repo().join("integration/peers/go-traced/main.go"))
         .env("GO111MODULE", "off")
         .env("HOME", std::env::temp_dir())
-        .env("GOCACHE", dir.join("gocache"))
+        .env("GOCACHE", profcol_integration::go_cache())
         .status()
         .expect("go build runs");
     assert!(built.success(), "go build failed");

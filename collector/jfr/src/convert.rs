@@ -6,11 +6,10 @@ use std::collections::HashMap;
 
 use profcol_pdata::limits::{MAX_ATTRIBUTES_PER_LIST, MAX_STACK_DEPTH};
 use profcol_pdata::{
-    DictionaryBuilder, Function, Line, Link, Location, Mapping, Profile, ProfileBatch,
-    ResourceProfiles, Sample, Samples, ScopeProfiles, ValueType, semconv,
+    DictionaryBuilder, Function, Line, Link, Location, Mapping, Profile, ProfileBatch, Sample,
+    Samples, ValueType, semconv,
 };
 use profcol_proto::otlp::common::v1::{InstrumentationScope, KeyValue};
-use profcol_proto::otlp::resource::v1::Resource;
 
 use crate::chunk::{Chunk, RawEvent, Value};
 use crate::labels::LabelsSnapshot;
@@ -124,22 +123,12 @@ pub fn jfr_to_batch(bytes: &[u8], options: JfrOptions) -> Result<ProfileBatch, J
             });
         }
     }
-    let resource = (!options.resource_attributes.is_empty()).then(|| Resource {
-        attributes: options.resource_attributes,
-        ..Default::default()
-    });
     let dictionary = builder.finish().map_err(|_| JfrError::TooLarge)?;
-    Ok(ProfileBatch::from_parts(
+    Ok(ProfileBatch::of_one_scope(
         dictionary,
-        vec![ResourceProfiles {
-            resource,
-            scope_profiles: vec![ScopeProfiles {
-                scope: options.scope,
-                profiles,
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
+        options.resource_attributes,
+        options.scope,
+        profiles,
     ))
 }
 

@@ -4,7 +4,7 @@
 
 /// The profile attribute that carries the family (Pyroscope's `__name__` label), as the
 /// `pprof` receiver's Pyroscope ingest names it.
-pub const PROFILE_NAME_ATTRIBUTE: &str = "pyroscope.profile.name";
+pub const PROFILE_NAME_ATTRIBUTE: &str = profcol_pdata::semconv::PYROSCOPE_PROFILE_NAME;
 
 /// What one event contributes: a sample of one kind of profile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -11,6 +11,9 @@ use crate::wire::Reader;
 /// Attribute names from the OpenTelemetry semantic conventions used with profiles.
 pub mod semconv {
     pub const SERVICE_NAME: &str = "service.name";
+    /// Pyroscope's `__name__` label (the profile family: `process_cpu`, `memory`,
+    /// `mutex`...), as the `pprof` receiver keeps it and the JFR reader writes it.
+    pub const PYROSCOPE_PROFILE_NAME: &str = "pyroscope.profile.name";
     pub const PROCESS_PID: &str = "process.pid";
     pub const PROCESS_EXECUTABLE_NAME: &str = "process.executable.name";
     pub const PROCESS_EXECUTABLE_PATH: &str = "process.executable.path";

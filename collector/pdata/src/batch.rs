@@ -71,6 +71,34 @@ impl ProfileBatch {
         }
     }
 
+    /// A batch of `profiles` translated from one source (a pprof, a JFR recording): one
+    /// resource with `resource_attributes` (none when empty) and one scope.
+    pub fn of_one_scope(
+        dictionary: Dictionary,
+        resource_attributes: Vec<profcol_proto::otlp::common::v1::KeyValue>,
+        scope: Option<profcol_proto::otlp::common::v1::InstrumentationScope>,
+        profiles: Vec<Profile>,
+    ) -> Self {
+        let resource = (!resource_attributes.is_empty()).then(|| {
+            profcol_proto::otlp::resource::v1::Resource {
+                attributes: resource_attributes,
+                ..Default::default()
+            }
+        });
+        ProfileBatch::from_parts(
+            dictionary,
+            vec![ResourceProfiles {
+                resource,
+                scope_profiles: vec![crate::profile::ScopeProfiles {
+                    scope,
+                    profiles,
+                    schema_url: String::new(),
+                }],
+                schema_url: String::new(),
+            }],
+        )
+    }
+
     /// The same batch, marked with who sent it.
     pub fn with_client(mut self, client: ClientInfo) -> Self {
         self.client = Some(Arc::new(client));

@@ -5,7 +5,6 @@
 use hashbrown::HashMap as FastMap;
 use profcol_proto::otlp::common::v1::any_value::Value;
 use profcol_proto::otlp::common::v1::{AnyValue, ArrayValue, InstrumentationScope, KeyValue};
-use profcol_proto::otlp::resource::v1::Resource;
 
 use super::links::{self, LinkPart};
 use super::{IdMap, PprofError, malformed};
@@ -13,7 +12,7 @@ use crate::attributes::semconv;
 use crate::batch::ProfileBatch;
 use crate::dictionary::DictionaryBuilder;
 use crate::limits::{CopyBudget, MAX_LABELS_PER_SAMPLE, MAX_STACK_DEPTH};
-use crate::profile::{Profile, ResourceProfiles, ScopeProfiles, ValueType};
+use crate::profile::{Profile, ValueType};
 use crate::rows::{Function, Line, Location, Mapping, Sample};
 use crate::samples::Samples;
 use crate::wire::{self, Reader};
@@ -47,22 +46,12 @@ pub fn pprof_to_batch_with(
         first.original_payload_format = "pprof".into();
         first.original_payload = payload;
     }
-    let resource = (!options.resource_attributes.is_empty()).then(|| Resource {
-        attributes: options.resource_attributes,
-        ..Default::default()
-    });
     let dictionary = builder.finish().map_err(|_| PprofError::TooLarge)?;
-    Ok(ProfileBatch::from_parts(
+    Ok(ProfileBatch::of_one_scope(
         dictionary,
-        vec![ResourceProfiles {
-            resource,
-            scope_profiles: vec![ScopeProfiles {
-                scope: options.scope,
-                profiles,
-                schema_url: String::new(),
-            }],
-            schema_url: String::new(),
-        }],
+        options.resource_attributes,
+        options.scope,
+        profiles,
     ))
 }
 

@@ -24,7 +24,7 @@ pub const CONTENTIONS_PRODUCER: &str = "contentions";
 pub const DEFAULT_PRODUCER: &str = "profcol";
 /// The resource attribute Pyroscope's `__name__` label becomes in the `pprof` receiver
 /// (the profile family: `process_cpu`, `memory`, `mutex`, `block`, `goroutines`...).
-pub const FAMILY_ATTRIBUTE: &str = "pyroscope.profile.name";
+pub const FAMILY_ATTRIBUTE: &str = profcol_core::pdata::semconv::PYROSCOPE_PROFILE_NAME;
 /// 1 s: the `duration` of the agent's CPU and off-CPU rows.
 pub const AGENT_DURATION_NANOS: u64 = 1_000_000_000;
 /// 1e9 / 19 Hz, the agent's and the `profiling` receiver's default sampling period: the

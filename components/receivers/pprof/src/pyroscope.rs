@@ -25,7 +25,7 @@ use profcol_core::jfr::{JFR_DECODE_AMPLIFICATION, JfrOptions, LabelsSnapshot, jf
 use profcol_core::pdata::limits::MAX_ATTRIBUTES_PER_LIST;
 
 /// The resource attribute `__name__` (the profile family, as `process_cpu`) goes to.
-pub const PROFILE_NAME_ATTRIBUTE: &str = "pyroscope.profile.name";
+pub const PROFILE_NAME_ATTRIBUTE: &str = semconv::PYROSCOPE_PROFILE_NAME;
 
 /// `push.v1.PushRequest`.
 #[derive(Clone, PartialEq, Message)]

@@ -250,6 +250,19 @@ impl Telemetry {
 
     /// The histogram `name` whose labels include `labels`, for tests and status pages.
     pub fn histogram_of(&self, name: &str, labels: &[(&str, &str)]) -> Option<Histogram> {
+        self.find(name, labels, |s| match s {
+            Series::Histogram(h) => Some(h.clone()),
+            _ => None,
+        })
+    }
+
+    /// What `pick` takes from the first series of `name` whose labels include `labels`.
+    fn find<T>(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        pick: impl Fn(&Series) -> Option<T>,
+    ) -> Option<T> {
         let families = self
             .families
             .lock()
@@ -259,10 +272,7 @@ impl Telemetry {
             let all = labels
                 .iter()
                 .all(|(k, v)| ls.iter().any(|(lk, lv)| lk == k && lv == v));
-            match s {
-                Series::Histogram(h) if all => Some(h.clone()),
-                _ => None,
-            }
+            if all { pick(s) } else { None }
         })
     }
 
@@ -329,16 +339,8 @@ impl Telemetry {
 
     /// The current value of a counter or gauge, for tests and status pages.
     pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<i64> {
-        let families = self
-            .families
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let family = families.get(name)?;
-        family.series.iter().find_map(|(ls, s)| {
-            let all = labels
-                .iter()
-                .all(|(k, v)| ls.iter().any(|(lk, lv)| lk == k && lv == v));
-            all.then(|| match s {
+        self.find(name, labels, |s| {
+            Some(match s {
                 Series::Counter(c) => i64::try_from(c.get()).unwrap_or(i64::MAX),
                 Series::Gauge(g) => g.get(),
                 Series::Histogram(h) => i64::try_from(h.count()).unwrap_or(i64::MAX),

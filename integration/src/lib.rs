@@ -147,6 +147,21 @@ pub fn go_cache() -> PathBuf {
     repo().join("target/peers/gocache")
 }
 
+/// Builds a standard-library-only Go program of one file (under `integration/peers`)
+/// into `out`, with the shared cache.
+pub fn build_go_file(source: &Path, out: &Path) {
+    let built = Command::new("go")
+        .args(["build", "-o"])
+        .arg(out)
+        .arg(source)
+        .env("GO111MODULE", "off")
+        .env("HOME", std::env::temp_dir())
+        .env("GOCACHE", go_cache())
+        .status()
+        .expect("go build runs");
+    assert!(built.success(), "go build {} failed", source.display());
+}
+
 pub fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("profcol-it-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -54,17 +54,10 @@ fn go_pprof_server(dir: &Path, port: u16) -> Option<Peer> {
         return None;
     }
     let bin = dir.join("go-pprof-server");
-    let src = repo().join("integration/peers/go-pprof-server/main.go");
-    let built = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .env("GO111MODULE", "off")
-        .env("HOME", std::env::temp_dir())
-        .env("GOCACHE", profcol_integration::go_cache())
-        .status()
-        .expect("go build runs");
-    assert!(built.success(), "go build failed");
+    profcol_integration::build_go_file(
+        &repo().join("integration/peers/go-pprof-server/main.go"),
+        &bin,
+    );
     let child = Command::new(&bin)
         .args(["-addr", &format!("127.0.0.1:{port}")])
         .stderr(Stdio::null())

@@ -34,16 +34,7 @@ fn go_traced(dir: &Path, port: u16, log: &Path) -> Option<Peer> {
         return None;
     }
     let bin = dir.join("go-traced");
-    let built = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&bin)
-        .arg(repo().join("integration/peers/go-traced/main.go"))
-        .env("GO111MODULE", "off")
-        .env("HOME", std::env::temp_dir())
-        .env("GOCACHE", profcol_integration::go_cache())
-        .status()
-        .expect("go build runs");
-    assert!(built.success(), "go build failed");
+    profcol_integration::build_go_file(&repo().join("integration/peers/go-traced/main.go"), &bin);
     let child = Command::new(&bin)
         .args(["-addr", &format!("127.0.0.1:{port}")])
         .stdout(std::fs::File::create(log).expect("span log"))

@@ -78,6 +78,10 @@ enum Command {
     /// Bytes per sample of a recorded corpus in OTLP (none, gzip, zstd) and Arrow v2 (none,
     /// lz4, zstd), batch by batch as the exporters send it.
     WireSize(commands::wire_size::Args),
+    /// Send what exporters kept in their offline folders (`offline.directory`) through
+    /// the config's exporters, removing each file once the backend took it. Exit 1 if
+    /// some are left.
+    Replay(commands::replay::Args),
 }
 
 fn main() -> ExitCode {
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
         Some(Command::Convert(args)) => (commands::convert::run(args), 2),
         Some(Command::Inspect(args)) => (commands::inspect::run(args), 2),
         Some(Command::WireSize(args)) => (commands::wire_size::run(args), 2),
+        Some(Command::Replay(args)) => (commands::replay::run(&cli.config, args), 1),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -146,6 +146,11 @@ fn profcol_exporters_deliver_every_sample_to_the_go_collector() {
         ("http_gzip", "http", "gzip", free_port()),
         ("http_zstd", "http", "zstd", free_port()),
         ("http_none", "http", "none", free_port()),
+        // otelcol's own snappy: framed over gRPC, a raw block as `snappy` over HTTP, and
+        // the framing format as `x-snappy-framed`.
+        ("grpc_snappy", "grpc", "snappy", free_port()),
+        ("http_snappy", "http", "snappy", free_port()),
+        ("http_snappy_framed", "http", "x-snappy-framed", free_port()),
     ];
     let sinks: Vec<(&str, &str, u16)> = variants
         .iter()
@@ -245,6 +250,21 @@ fn profcol_exporters_deliver_every_sample_to_the_go_collector() {
     }
 }
 
+/// How the Go collector in [`chain`] compresses toward the last profcol, per exporter.
+#[derive(Clone, Copy)]
+struct GoCompression {
+    grpc: &'static str,
+    http: &'static str,
+    json: &'static str,
+}
+
+/// otelcol's default, gzip, on all three.
+const GO_DEFAULT_COMPRESSION: GoCompression = GoCompression {
+    grpc: "gzip",
+    http: "gzip",
+    json: "gzip",
+};
+
 /// profcol's pprof exporter output, as `go tool pprof -raw` prints it, all files joined.
 fn pprof_files_raw(dir: &Path) -> String {
     let mut raw = String::new();
@@ -267,6 +287,7 @@ fn chain(
     otelcol: &Path,
     first_leg: (&str, &str),
     expected: Option<&PeerSummary>,
+    go_compression: GoCompression,
 ) -> (PathBuf, PathBuf, PathBuf, Collector, GoCollector, Collector) {
     let (go_in, last_grpc, last_http, last_json) =
         (free_port(), free_port(), free_port(), free_port());
@@ -299,7 +320,8 @@ fn chain(
         dir,
         "otelcol",
         &format!(
-            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{go_in}\nexporters:\n  otlp_grpc:\n    endpoint: 127.0.0.1:{last_grpc}\n    tls: {{insecure: true}}\n  otlp_http:\n    endpoint: http://127.0.0.1:{last_http}\n  otlp_http/json:\n    endpoint: http://127.0.0.1:{last_json}\n    encoding: json\n  debug:\n    verbosity: basic\nservice:\n  telemetry:\n    metrics:\n      level: none\n    logs:\n      level: warn\n  pipelines:\n    profiles:\n      receivers: [otlp]\n      exporters: [otlp_grpc, otlp_http, otlp_http/json, debug]\n"
+            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpoint: 127.0.0.1:{go_in}\nexporters:\n  otlp_grpc:\n    endpoint: 127.0.0.1:{last_grpc}\n    tls: {{insecure: true}}\n    compression: {}\n  otlp_http:\n    endpoint: http://127.0.0.1:{last_http}\n    compression: {}\n  otlp_http/json:\n    endpoint: http://127.0.0.1:{last_json}\n    encoding: json\n    compression: {}\n  debug:\n    verbosity: basic\nservice:\n  telemetry:\n    metrics:\n      level: none\n    logs:\n      level: warn\n  pipelines:\n    profiles:\n      receivers: [otlp]\n      exporters: [otlp_grpc, otlp_http, otlp_http/json, debug]\n",
+            go_compression.grpc, go_compression.http, go_compression.json
         ),
         &[go_in],
     );
@@ -358,6 +380,7 @@ fn the_go_collector_forwards_to_profcol_over_grpc_and_http_with_references_resol
         &otelcol,
         (&file_receiver(&fixtures), &local),
         Some(&expected),
+        GO_DEFAULT_COMPRESSION,
     );
     assert_eq!(summarize_framed(&sent).content(), expected);
     assert!(first.stop().success());
@@ -372,6 +395,52 @@ fn the_go_collector_forwards_to_profcol_over_grpc_and_http_with_references_resol
             "{function} missing from the chain's pprof:\n{raw}"
         );
     }
+}
+
+/// The Go collector's snappy (framed over gRPC, a raw block as `snappy` and the framing
+/// format as `x-snappy-framed` over HTTP) reaches profcol whole, and profcol's receivers
+/// count the bytes as they came and after decompression.
+#[test]
+fn the_go_collector_sends_snappy_that_profcol_reads_and_counts() {
+    let Some(otelcol) = go_peer("otelcol-peer") else {
+        return;
+    };
+    let dir = scratch("go-collector-snappy");
+    let (fixtures, expected) = fixtures_as_profcol_sends_them(&dir);
+    let local = format!(
+        "  file:\n    path: {}\n    format: proto\n    flush_interval: 100ms\n",
+        dir.join("first.pb").display()
+    );
+    let (.., first, go, last) = chain(
+        &dir,
+        &otelcol,
+        (&file_receiver(&fixtures), &local),
+        Some(&expected),
+        GoCompression {
+            grpc: "snappy",
+            http: "snappy",
+            json: "x-snappy-framed",
+        },
+    );
+    for (receiver, transport) in [
+        ("otlp/grpc", "grpc"),
+        ("otlp/http", "http"),
+        ("otlp/json", "http"),
+    ] {
+        let labels = [("receiver", receiver), ("transport", transport)];
+        let wire = last.metric("otelcol_receiver_received_wire_bytes_total", &labels);
+        let plain = last.metric(
+            "otelcol_receiver_received_uncompressed_bytes_total",
+            &labels,
+        );
+        assert!(
+            wire > 0.0 && plain > wire,
+            "{receiver}: {wire} bytes on the wire, {plain} decompressed"
+        );
+    }
+    assert!(first.stop().success());
+    let go_logs = go.stop();
+    assert!(last.stop().success(), "{go_logs}");
 }
 
 /// The whole way a node's profiles travel: profcol's eBPF profiler → the Go collector as a
@@ -400,8 +469,13 @@ fn ebpf_profiles_cross_the_go_collector_and_end_as_pprof_go_reads() {
         "  file:\n    path: {}\n    format: proto\n    flush_interval: 100ms\n",
         sent.display()
     );
-    let (grpc_out, http_out, pprof_dir, first, go, last) =
-        chain(&dir, &otelcol, (receivers, &local), None);
+    let (grpc_out, http_out, pprof_dir, first, go, last) = chain(
+        &dir,
+        &otelcol,
+        (receivers, &local),
+        None,
+        GO_DEFAULT_COMPRESSION,
+    );
     let status = std::process::Command::new(&burner)
         .arg("2")
         .stdout(std::process::Stdio::null())

@@ -3,6 +3,7 @@
 pub mod components;
 pub mod convert;
 pub mod inspect;
+pub mod replay;
 pub mod run;
 pub mod wire_size;
 

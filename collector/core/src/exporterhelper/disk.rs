@@ -61,6 +61,33 @@ pub fn private_open_options() -> OpenOptions {
     options
 }
 
+/// Writes `bytes` to `path` whole or not at all: to `tmp` (in the same folder) first,
+/// synced and renamed, then the folder synced. A failed write removes `tmp`; a failed
+/// folder sync is logged only, as the file is whole under its name by then.
+pub fn write_atomically(tmp: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let written = private_open_options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(tmp)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(tmp);
+        return Err(e);
+    }
+    if let Some(dir) = path.parent()
+        && let Err(e) = std::fs::File::open(dir).and_then(|d| d.sync_all())
+    {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not sync a folder after a rename");
+    }
+    Ok(())
+}
+
 /// Removes the regular files in `dir` whose names `is_temp` accepts: what a crash in the
 /// middle of a write left. Returns how many went; a folder that does not exist has none.
 pub fn sweep_temp_files(dir: &Path, is_temp: impl Fn(&str) -> bool) -> io::Result<usize> {

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tower::retry::Policy;
 use tower::{Layer, Service};
 
+use super::offline::Reachability;
 use super::settings::RetrySettings;
 use crate::component::{ExportError, Exporter};
 use crate::pdata::ProfileBatch;
@@ -25,17 +26,26 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 pub struct ExportService {
     pub exporter: Arc<dyn Exporter>,
     pub durations: Histogram,
+    pub reachability: Arc<Reachability>,
 }
 
-/// Records an attempt's duration when it ends, however it ends.
-struct Timed {
+/// Records an attempt's duration when it ends, however it ends, and whether the backend
+/// answered: an attempt cut off by the timeout did not.
+struct Attempt {
     started: Instant,
     durations: Histogram,
+    reachability: Arc<Reachability>,
+    answered: Option<bool>,
 }
 
-impl Drop for Timed {
+impl Drop for Attempt {
     fn drop(&mut self) {
         self.durations.observe(self.started.elapsed().as_secs_f64());
+        if self.answered == Some(true) {
+            self.reachability.answered();
+        } else {
+            self.reachability.missed();
+        }
     }
 }
 
@@ -50,13 +60,21 @@ impl Service<ProfileBatch> for ExportService {
 
     fn call(&mut self, batch: ProfileBatch) -> Self::Future {
         let exporter = self.exporter.clone();
-        let timed = Timed {
+        let mut attempt = Attempt {
             started: Instant::now(),
             durations: self.durations.clone(),
+            reachability: self.reachability.clone(),
+            answered: None,
         };
         Box::pin(async move {
             let result = exporter.export(batch).await;
-            drop(timed);
+            // A permanent error is an answer too (the backend refused the data).
+            attempt.answered = Some(
+                result
+                    .as_ref()
+                    .map_or_else(|e| !e.is_retryable(), |()| true),
+            );
+            drop(attempt);
             result
         })
     }

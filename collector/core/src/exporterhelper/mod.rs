@@ -4,6 +4,7 @@
 
 pub mod disk;
 mod layers;
+pub mod offline;
 mod periodic;
 mod queue;
 mod settings;
@@ -17,8 +18,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 pub use layers::{Backoff, ExportService, MAX_RETRY_AFTER, TimeoutLayer};
+pub use offline::{OfflineCounters, OfflineError, OfflineSettings, OfflineStore, Reachability};
 pub use periodic::PeriodicTask;
-pub use settings::{ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks};
+pub use settings::{
+    ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks,
+    validate_offline_block,
+};
 pub use unwind::{CatchUnwind, panic_counter, panic_message};
 
 use crate::component::{ComponentId, ExportError, Exporter};
@@ -51,6 +56,17 @@ struct Inner {
     /// The last write to the persistent queue failed; batches are held in memory.
     disk_failing: AtomicBool,
     block_on_overflow: bool,
+    reachability: Arc<Reachability>,
+    offline: Option<Offline>,
+}
+
+/// An exporter's offline mode: its folder, and when it last let a batch probe the backend.
+struct Offline {
+    store: Arc<OfflineStore>,
+    settings: OfflineSettings,
+    last_probe: std::sync::Mutex<Option<std::time::Instant>>,
+    /// A replay of the folder is running.
+    replaying: AtomicBool,
 }
 
 /// The pipelines' handle on one exporter (one per exporter id, shared by every pipeline
@@ -73,13 +89,43 @@ impl ExporterHandle {
         panics: Counter,
         storage: Option<PathBuf>,
     ) -> Result<Self, String> {
+        Self::start_with_offline(id, exporter, settings, counters, panics, storage, None)
+    }
+
+    /// [`start`](Self::start), with the offline folder `settings.offline` configures,
+    /// opened by the caller.
+    pub fn start_with_offline(
+        id: ComponentId,
+        exporter: Arc<dyn Exporter>,
+        settings: &ExporterHelperSettings,
+        counters: ExporterCounters,
+        panics: Counter,
+        storage: Option<PathBuf>,
+        offline: Option<OfflineStore>,
+    ) -> Result<Self, String> {
+        let reachability = Arc::new(Reachability::default());
         let sender = ServiceBuilder::new()
             .retry(Backoff::new(settings.retry.clone()))
             .layer(TimeoutLayer(settings.timeout))
             .service(ExportService {
                 exporter: exporter.clone(),
                 durations: counters.send_duration.clone(),
+                reachability: reachability.clone(),
             });
+        let offline = offline.map(|store| {
+            let store = Arc::new(store);
+            let weak = Arc::downgrade(&store);
+            store
+                .counters()
+                .size
+                .set_source(move || weak.upgrade().map_or(0.0, |s| s.size_bytes() as f64));
+            Offline {
+                store,
+                settings: settings.offline.clone(),
+                last_probe: std::sync::Mutex::new(None),
+                replaying: AtomicBool::new(false),
+            }
+        });
         let q = &settings.queue;
         let (queue, disk) = if q.enabled {
             let (disk, preloaded) = match storage {
@@ -95,6 +141,7 @@ impl ExporterHandle {
                         .map(|s| Entry {
                             batch: None,
                             seq: Some(s),
+                            since: store.written_at(s),
                         })
                         .collect();
                     (Some(Arc::new(store)), entries)
@@ -105,10 +152,12 @@ impl ExporterHandle {
                 .queue_capacity
                 .set(i64::try_from(q.queue_size).unwrap_or(i64::MAX));
             counters.queue_size.set(preloaded.len() as i64);
-            (
-                Some(Arc::new(SendingQueue::new(q.queue_size, preloaded))),
-                disk,
-            )
+            let queue = Arc::new(SendingQueue::new(q.queue_size, preloaded));
+            let weak = Arc::downgrade(&queue);
+            counters
+                .queue_oldest_age
+                .set_source(move || weak.upgrade().map_or(0.0, |q| q.oldest_age().as_secs_f64()));
+            (Some(queue), disk)
         } else {
             (None, None)
         };
@@ -122,6 +171,8 @@ impl ExporterHandle {
             disk,
             disk_failing: AtomicBool::new(false),
             block_on_overflow: q.block_on_overflow,
+            reachability,
+            offline,
         });
         let consumers = if inner.queue.is_some() {
             (0..q.num_consumers)
@@ -145,6 +196,13 @@ impl ExporterHandle {
     pub async fn consume(&self, batch: ProfileBatch) -> Result<(), ConsumeError> {
         let inner = &self.inner;
         let samples = batch.sample_count() as u64;
+        if let Some(offline) = &inner.offline
+            && goes_offline(inner, offline)
+        {
+            return keep_offline(inner, offline, batch)
+                .await
+                .map_err(ConsumeError::Export);
+        }
         let Some(queue) = &inner.queue else {
             return send(inner, batch).await.map_err(ConsumeError::Export);
         };
@@ -153,6 +211,12 @@ impl ExporterHandle {
         } else {
             queue.try_reserve()
         };
+        if let (Err(PushError::Full), Some(offline)) = (&reserved, &inner.offline) {
+            // A full queue while the backend is slow or away: disk, not the floor.
+            return keep_offline(inner, offline, batch)
+                .await
+                .map_err(ConsumeError::Export);
+        }
         if let Err(e) = reserved {
             inner.counters.enqueue_failed.add(samples);
             return Err(match e {
@@ -198,6 +262,7 @@ impl ExporterHandle {
         queue.push_reserved(Entry {
             batch: Some(batch),
             seq,
+            since: SystemTime::now(),
         });
         inner.counters.queue_size.add(1);
         Ok(())
@@ -223,6 +288,7 @@ impl ExporterHandle {
             }
         }
         self.spill_to_disk().await;
+        self.spill_offline().await;
         if let Err(e) = self.inner.exporter.shutdown().await {
             tracing::warn!(exporter = %self.inner.id, error = %e, "exporter shutdown failed");
         }
@@ -260,6 +326,160 @@ impl ExporterHandle {
     }
 }
 
+impl ExporterHandle {
+    /// What the queue still holds after the shutdown deadline goes to the offline folder,
+    /// where there is one, rather than being lost.
+    async fn spill_offline(&self) {
+        let (Some(queue), Some(offline)) = (&self.inner.queue, &self.inner.offline) else {
+            return;
+        };
+        while let Some(entry) = queue.pop().await {
+            if let Some(batch) = entry.batch {
+                let _ = keep_offline(&self.inner, offline, batch).await;
+            }
+        }
+    }
+
+    /// Sends every batch in the offline folder, oldest first, each removed once the
+    /// backend took it (or refused it for good); stops at the first that cannot be sent
+    /// for now, which stays. What `profcol replay` runs, on a handle without a queue.
+    pub async fn replay_offline(&self) -> ReplayReport {
+        match &self.inner.offline {
+            Some(offline) => replay(&self.inner, offline).await,
+            None => ReplayReport::default(),
+        }
+    }
+}
+
+/// What a replay of the offline folder did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Batches and samples the backend took.
+    pub sent_batches: u64,
+    pub sent_samples: u64,
+    /// Batches dropped: unreadable, or refused for good by the backend.
+    pub dropped_batches: u64,
+    /// Batches left for later, because the backend could not be reached.
+    pub left_batches: u64,
+    /// Why the replay stopped early, if it did.
+    pub stopped: Option<String>,
+}
+
+/// Whether `batch` should go to disk now: always, or after `after` of failed attempts,
+/// except for one batch per probe interval, which tries the backend.
+fn goes_offline(inner: &Inner, offline: &Offline) -> bool {
+    if offline.settings.always() {
+        return true;
+    }
+    let Some(down_for) = inner.reachability.unreachable_for() else {
+        return false;
+    };
+    if down_for < offline.settings.after {
+        return false;
+    }
+    let mut last = offline
+        .last_probe
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = std::time::Instant::now();
+    if last.is_none_or(|t| now.duration_since(t) >= offline.settings.probe_interval) {
+        *last = Some(now);
+        return false;
+    }
+    true
+}
+
+/// Writes `batch` to the offline folder, off the async workers.
+async fn keep_offline(
+    inner: &Inner,
+    offline: &Offline,
+    batch: ProfileBatch,
+) -> Result<(), ExportError> {
+    let samples = batch.sample_count() as u64;
+    let store = offline.store.clone();
+    let written = tokio::task::spawn_blocking(move || store.write(&batch)).await;
+    match written {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => {
+            inner.counters.send_failed.add(samples);
+            tracing::error!(exporter = %inner.id, dir = %offline.store.dir().display(), samples, error = %e, "could not write a batch to the offline directory; dropping it");
+            Err(ExportError::permanent(format!(
+                "writing to the offline directory failed: {e}"
+            )))
+        }
+        Err(e) => Err(ExportError::permanent(format!(
+            "the offline write task failed: {e}"
+        ))),
+    }
+}
+
+/// After the backend took a batch: sends the offline folder, once, in the background.
+fn replay_on_recovery(inner: &Arc<Inner>) {
+    let Some(offline) = &inner.offline else {
+        return;
+    };
+    if !offline.settings.replay_on_recovery
+        || offline.settings.always()
+        || offline.store.is_empty()
+        || offline.replaying.swap(true, Ordering::AcqRel)
+    {
+        return;
+    }
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        let Some(offline) = &inner.offline else {
+            return;
+        };
+        let report = replay(&inner, offline).await;
+        offline.replaying.store(false, Ordering::Release);
+        tracing::info!(exporter = %inner.id, sent_batches = report.sent_batches, sent_samples = report.sent_samples, left_batches = report.left_batches, "the backend answers again; replayed the offline directory");
+    });
+}
+
+async fn replay(inner: &Inner, offline: &Offline) -> ReplayReport {
+    let mut report = ReplayReport::default();
+    let files = offline.store.list();
+    let mut left = files.len() as u64;
+    for file in files {
+        let store = offline.store.clone();
+        let read = tokio::task::spawn_blocking(move || store.read(&file)).await;
+        let batch = match read {
+            Ok(Ok(batch)) => batch,
+            Ok(Err(e)) => {
+                tracing::error!(exporter = %inner.id, error = %e, "dropping an unreadable file from the offline directory");
+                offline.store.remove(&file);
+                report.dropped_batches += 1;
+                left -= 1;
+                continue;
+            }
+            Err(e) => {
+                report.stopped = Some(format!("the read task failed: {e}"));
+                break;
+            }
+        };
+        match send_attempts(inner, batch).await {
+            Ok(()) => {
+                offline.store.remove(&file);
+                offline.store.counters().replayed.add(file.samples);
+                report.sent_batches += 1;
+                report.sent_samples += file.samples;
+            }
+            Err(e) if e.is_retryable() => {
+                report.stopped = Some(e.to_string());
+                break;
+            }
+            Err(e) => {
+                tracing::error!(exporter = %inner.id, error = %e, "the backend refused a batch from the offline directory for good; dropping it");
+                offline.store.remove(&file);
+                report.dropped_batches += 1;
+            }
+        }
+        left -= 1;
+    }
+    report.left_batches = left;
+    report
+}
+
 async fn futures_join_all(handles: Vec<tokio::task::JoinHandle<()>>) {
     for h in handles {
         let _ = h.await;
@@ -281,7 +501,33 @@ fn sanitize(id: &str) -> String {
 /// One attempt after another until success, a permanent error, or the retry budget ends.
 /// An exporter that panics fails the batch permanently (it would panic again) and is
 /// counted; the caller's task carries on.
-async fn send(inner: &Inner, batch: ProfileBatch) -> Result<(), ExportError> {
+async fn send(inner: &Arc<Inner>, batch: ProfileBatch) -> Result<(), ExportError> {
+    let samples = batch.sample_count() as u64;
+    // Kept for the offline folder should every attempt fail (a clone shares the data).
+    let kept = inner.offline.as_ref().map(|_| batch.clone());
+    let result = send_attempts(inner, batch).await;
+    match (&result, kept, &inner.offline) {
+        (Ok(()), ..) => replay_on_recovery(inner),
+        (Err(e), Some(batch), Some(offline)) if e.is_retryable() => {
+            tracing::warn!(exporter = %inner.id, samples, error = %e, "export failed after retries; keeping the batch in the offline directory");
+            return keep_offline(inner, offline, batch).await;
+        }
+        _ => {}
+    }
+    if let Err(e) = &result {
+        inner.counters.send_failed.add(samples);
+        let kind = if e.is_retryable() {
+            "gave up after retries"
+        } else {
+            "permanent error, not retried"
+        };
+        tracing::error!(exporter = %inner.id, samples, error = %e, "export failed: {kind}; dropping the batch");
+    }
+    result
+}
+
+/// The attempts themselves, counting what was sent and how late.
+async fn send_attempts(inner: &Inner, batch: ProfileBatch) -> Result<(), ExportError> {
     let samples = batch.sample_count() as u64;
     let data_times = data_times(&batch);
     let mut sender = inner.sender.clone();
@@ -301,20 +547,9 @@ async fn send(inner: &Inner, batch: ProfileBatch) -> Result<(), ExportError> {
             )))
         }
     };
-    match &result {
-        Ok(()) => {
-            inner.counters.sent.add(samples);
-            observe_latency(&inner.counters.latency, &data_times, SystemTime::now());
-        }
-        Err(e) => {
-            inner.counters.send_failed.add(samples);
-            let kind = if e.is_retryable() {
-                "gave up after retries"
-            } else {
-                "permanent error, not retried"
-            };
-            tracing::error!(exporter = %inner.id, samples, error = %e, "export failed: {kind}; dropping the batch");
-        }
+    if result.is_ok() {
+        inner.counters.sent.add(samples);
+        observe_latency(&inner.counters.latency, &data_times, SystemTime::now());
     }
     result
 }
@@ -382,7 +617,7 @@ async fn consume_loop(inner: Arc<Inner>) {
     }
 }
 
-async fn consume_entry(inner: &Inner, entry: Entry) {
+async fn consume_entry(inner: &Arc<Inner>, entry: Entry) {
     let batch = match (entry.batch, entry.seq, &inner.disk) {
         (Some(b), _, _) => b,
         (None, Some(seq), Some(disk)) => match disk.read(seq) {

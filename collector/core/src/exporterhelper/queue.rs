@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::Semaphore;
 
@@ -21,6 +22,8 @@ const QUEUED_BATCH_AMPLIFICATION: usize = 64;
 pub(crate) struct Entry {
     pub batch: Option<ProfileBatch>,
     pub seq: Option<u64>,
+    /// When it entered the queue (a reloaded batch: when its file was written).
+    pub since: SystemTime,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -55,6 +58,12 @@ impl SendingQueue {
 
     pub fn len(&self) -> usize {
         self.lock().len()
+    }
+
+    /// How long the entry at the front (the oldest) has waited; zero when empty.
+    pub fn oldest_age(&self) -> Duration {
+        let since = self.lock().front().map(|e| e.since);
+        since.map_or(Duration::ZERO, |t| t.elapsed().unwrap_or_default())
     }
 
     /// Takes a place now, or fails.
@@ -119,6 +128,13 @@ pub(crate) struct DiskStore {
 }
 
 impl DiskStore {
+    /// When the batch `seq` was written, for its age; now if that cannot be read.
+    pub fn written_at(&self, seq: u64) -> SystemTime {
+        std::fs::metadata(self.path(seq))
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|_| SystemTime::now())
+    }
+
     /// Opens the directory and lists what an earlier run left, oldest first.
     pub fn open(dir: &Path) -> std::io::Result<(DiskStore, Vec<u64>)> {
         super::disk::create_private_dir_all(dir)?;
@@ -148,28 +164,9 @@ impl DiskStore {
 
     /// Writes `batch` whole, or leaves nothing (its temporary file is removed on error).
     pub fn write(&self, batch: &ProfileBatch) -> std::io::Result<u64> {
-        use std::io::Write;
         let seq = self.next.fetch_add(1, Ordering::Relaxed);
         let tmp = self.dir.join(format!("{seq:020}.tmp"));
-        let written = super::disk::private_open_options()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .and_then(|mut f| {
-                f.write_all(&batch.encode_to_vec())?;
-                f.sync_all()
-            })
-            .and_then(|()| std::fs::rename(&tmp, self.path(seq)));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        // The rename must reach the disk too. The file is whole under its name now, so a
-        // failure here is reported but the batch stays queued on disk.
-        if let Err(e) = std::fs::File::open(&self.dir).and_then(|d| d.sync_all()) {
-            tracing::warn!(dir = %self.dir.display(), error = %e, "could not sync the persistent queue's folder");
-        }
+        super::disk::write_atomically(&tmp, &self.path(seq), &batch.encode_to_vec())?;
         Ok(seq)
     }
 
@@ -203,20 +200,24 @@ mod tests {
             q.push_reserved(Entry {
                 batch: Some(ProfileBatch::empty()),
                 seq: None,
+                since: SystemTime::now() - Duration::from_secs(90),
             });
         }
         assert_eq!(q.try_reserve(), Err(PushError::Full));
+        assert!(q.oldest_age() >= Duration::from_secs(90));
         assert!(q.pop().await.is_some());
         q.try_reserve().expect("room again");
         q.push_reserved(Entry {
             batch: None,
             seq: Some(7),
+            since: SystemTime::now(),
         });
         q.close();
         assert_eq!(q.try_reserve(), Err(PushError::Closed));
         assert!(q.pop().await.is_some());
         assert_eq!(q.pop().await.and_then(|e| e.seq), Some(7));
         assert!(q.pop().await.is_none());
+        assert_eq!(q.oldest_age(), Duration::ZERO);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::offline::OfflineSettings;
 use crate::config::{ConfigError, Validate, duration};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -118,6 +119,7 @@ pub struct ExporterHelperSettings {
     pub timeout: Duration,
     pub retry: RetrySettings,
     pub queue: QueueSettings,
+    pub offline: OfflineSettings,
 }
 
 impl Default for ExporterHelperSettings {
@@ -126,8 +128,18 @@ impl Default for ExporterHelperSettings {
             timeout: Duration::from_secs(5),
             retry: RetrySettings::default(),
             queue: QueueSettings::default(),
+            offline: OfflineSettings::default(),
         }
     }
+}
+
+/// Validates `offline` under its key, for exporters that offer offline mode.
+pub fn validate_offline_block(offline: &OfflineSettings) -> Vec<ConfigError> {
+    offline
+        .validate()
+        .into_iter()
+        .map(|e| e.under("offline"))
+        .collect()
 }
 
 /// Validates the three blocks under their keys, for an exporter config's `validate`.

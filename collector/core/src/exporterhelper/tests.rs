@@ -79,6 +79,7 @@ fn settings(queue: bool) -> ExporterHelperSettings {
             queue_size: 4,
             ..QueueSettings::default()
         },
+        offline: OfflineSettings::default(),
     }
 }
 
@@ -757,4 +758,190 @@ async fn timed_out_attempts_are_timed_and_failed_data_has_no_latency() {
         )
         .expect("there");
     assert_eq!(latency.count(), 0);
+}
+
+/// A backend that is up or down as the test says.
+struct Switchable {
+    down: std::sync::atomic::AtomicBool,
+    attempts: AtomicUsize,
+    delivered: AtomicUsize,
+}
+
+impl Switchable {
+    fn new(down: bool) -> Arc<Self> {
+        Arc::new(Switchable {
+            down: std::sync::atomic::AtomicBool::new(down),
+            attempts: AtomicUsize::new(0),
+            delivered: AtomicUsize::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl Exporter for Switchable {
+    async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        if self.down.load(Ordering::SeqCst) {
+            return Err(ExportError::retryable("connection refused"));
+        }
+        self.delivered
+            .fetch_add(batch.sample_count(), Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+fn offline_scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "profcol-helper-offline-{name}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn offline_settings(dir: &std::path::Path, after: Duration) -> ExporterHelperSettings {
+    ExporterHelperSettings {
+        timeout: Duration::from_secs(1),
+        retry: RetrySettings {
+            initial_interval: Duration::from_millis(5),
+            max_interval: Duration::from_millis(10),
+            max_elapsed_time: Duration::from_millis(30),
+            ..RetrySettings::default()
+        },
+        queue: QueueSettings {
+            enabled: false,
+            ..QueueSettings::default()
+        },
+        offline: OfflineSettings {
+            directory: Some(dir.to_path_buf()),
+            after,
+            probe_interval: Duration::from_millis(300),
+            ..OfflineSettings::default()
+        },
+    }
+}
+
+fn start_offline(
+    t: &Telemetry,
+    exporter: Arc<dyn Exporter>,
+    settings: &ExporterHelperSettings,
+) -> ExporterHandle {
+    let id = ComponentId::new("scripted", None);
+    let store =
+        crate::service::open_offline_for_test(&settings.offline, t, &id).expect("offline folder");
+    ExporterHandle::start_with_offline(id, exporter, settings, counters(t), panics(t), None, store)
+        .expect("start")
+}
+
+/// An outage: failed batches, then (past `after`) every batch but one probe per interval,
+/// go to the folder instead of being dropped or tried; once a probe gets through, the
+/// folder is sent in the background, each sample once.
+#[tokio::test]
+async fn an_outage_fills_the_offline_folder_and_recovery_replays_it() {
+    let t = Telemetry::new();
+    let dir = offline_scratch("outage");
+    let backend = Switchable::new(true);
+    let settings = offline_settings(&dir, Duration::from_millis(100));
+    let h = start_offline(&t, backend.clone(), &settings);
+
+    h.consume(batch(1)).await.expect("kept, not failed");
+    assert!(
+        backend.attempts.load(Ordering::SeqCst) >= 2,
+        "retried first"
+    );
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Past `after`: the first batch probes (and fails), the next goes straight to disk.
+    h.consume(batch(2)).await.expect("kept");
+    let attempts = backend.attempts.load(Ordering::SeqCst);
+    h.consume(batch(3)).await.expect("kept");
+    assert_eq!(
+        backend.attempts.load(Ordering::SeqCst),
+        attempts,
+        "no attempt between probes"
+    );
+    assert_eq!(
+        value(&t, "otelcol_exporter_offline_written_profile_samples_total"),
+        6
+    );
+    assert_eq!(
+        value(&t, "otelcol_exporter_send_failed_profile_samples_total"),
+        0
+    );
+    assert!(value(&t, "otelcol_exporter_offline_size_bytes") > 0);
+
+    backend.down.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    h.consume(batch(4)).await.expect("the probe gets through");
+    let replayed = async {
+        while backend.delivered.load(Ordering::SeqCst) < 10 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), replayed)
+        .await
+        .expect("the folder is replayed after recovery");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        backend.delivered.load(Ordering::SeqCst),
+        10,
+        "each sample once"
+    );
+    assert_eq!(
+        value(
+            &t,
+            "otelcol_exporter_offline_replayed_profile_samples_total"
+        ),
+        6
+    );
+    assert_eq!(value(&t, "otelcol_exporter_offline_size_bytes"), 0);
+    h.shutdown(Duration::from_secs(1)).await;
+    let left = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".binpb"))
+        })
+        .count();
+    assert_eq!(left, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `after: 0s`: nothing is sent, everything is kept; a replay later sends it all and
+/// stops (leaving the rest) when the backend fails again.
+#[tokio::test]
+async fn always_offline_keeps_everything_for_a_replay() {
+    let t = Telemetry::new();
+    let dir = offline_scratch("always");
+    let backend = Switchable::new(false);
+    let settings = offline_settings(&dir, Duration::ZERO);
+    let h = start_offline(&t, backend.clone(), &settings);
+    for n in 1..=4 {
+        h.consume(batch(n)).await.expect("kept");
+    }
+    assert_eq!(backend.attempts.load(Ordering::SeqCst), 0);
+    h.shutdown(Duration::from_secs(1)).await;
+    drop(h);
+
+    // A replay against a backend that is down sends nothing and keeps every file.
+    let down = Switchable::new(true);
+    let h = start_offline(&Telemetry::new(), down.clone(), &settings);
+    let report = h.replay_offline().await;
+    assert_eq!((report.sent_batches, report.left_batches), (0, 4));
+    assert!(report.stopped.is_some());
+    h.shutdown(Duration::ZERO).await;
+    drop(h);
+
+    let h = start_offline(&Telemetry::new(), backend.clone(), &settings);
+    let report = h.replay_offline().await;
+    assert_eq!(
+        (
+            report.sent_batches,
+            report.sent_samples,
+            report.left_batches
+        ),
+        (4, 10, 0)
+    );
+    assert_eq!(backend.delivered.load(Ordering::SeqCst), 10);
+    assert!(report.stopped.is_none());
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -35,7 +35,10 @@ use crate::component::{
     ParsedConfig, ProcessorCreateContext, Receiver, ReceiverContext, ReceiverOutput, Registry,
     ServiceGraph, Started, output::Entrance,
 };
-use crate::exporterhelper::{CatchUnwind, ExporterHandle, ExporterHelperSettings, panic_counter};
+use crate::exporterhelper::{
+    CatchUnwind, ExporterHandle, ExporterHelperSettings, OfflineCounters, OfflineSettings,
+    OfflineStore, panic_counter,
+};
 use crate::telemetry::{ExporterCounters, ProcessorCounters, ReceiverCounters, Telemetry};
 
 /// How long start-up waits for receivers to report that they can take data.
@@ -351,14 +354,18 @@ impl Graph {
         let mut handles: BTreeMap<ComponentId, ExporterHandle> = BTreeMap::new();
         for (id, node) in exporters {
             let counters = ExporterCounters::new(&telemetry, &id.to_string());
-            let started = ExporterHandle::start(
-                id.clone(),
-                node.exporter,
-                &node.settings,
-                counters,
-                panic_counter(&telemetry, &label(Kind::Exporter, &id)),
-                node.storage_dir,
-            );
+            let started =
+                open_offline(&node.settings.offline, &telemetry, &id).and_then(|offline| {
+                    ExporterHandle::start_with_offline(
+                        id.clone(),
+                        node.exporter,
+                        &node.settings,
+                        counters,
+                        panic_counter(&telemetry, &label(Kind::Exporter, &id)),
+                        node.storage_dir,
+                        offline,
+                    )
+                });
             let handle = match started {
                 Ok(handle) => handle,
                 Err(e) => {
@@ -461,6 +468,25 @@ impl Graph {
 /// Ready once every receiver can take data, bounded, so that a receiver that never says
 /// so cannot keep the collector unready forever. A receiver that returned before saying so
 /// (it failed to start) keeps it unready: its failure is reported instead.
+/// The offline folder `settings` names, opened and locked; None without one.
+pub fn open_offline(
+    settings: &OfflineSettings,
+    telemetry: &Telemetry,
+    id: &ComponentId,
+) -> Result<Option<OfflineStore>, String> {
+    let Some(dir) = &settings.directory else {
+        return Ok(None);
+    };
+    OfflineStore::open(
+        dir,
+        settings.max_size_mib,
+        settings.max_age,
+        OfflineCounters::new(telemetry, &id.to_string()),
+    )
+    .map(Some)
+    .map_err(|e| e.to_string())
+}
+
 async fn wait_until_ready(
     receivers_started: Vec<tokio::sync::watch::Receiver<bool>>,
     status: &Status,

@@ -4,11 +4,15 @@
 mod graph;
 mod load;
 mod pipeline;
+mod replay;
 mod run;
 mod status;
 
+#[cfg(test)]
+pub(crate) use graph::open_offline as open_offline_for_test;
 pub use graph::{Graph, Running};
 pub use load::{CollectorConfig, Pipeline, load};
+pub use replay::{ReplayError, ReplayRequest, replay};
 pub use run::{ServiceError, ServiceOptions, run};
 pub use status::{ComponentStatus, Status};
 

@@ -1,7 +1,7 @@
 //! The counters the framework keeps at each edge of the graph, with otelcol's names and
 //! labels. Components never touch these.
 
-use super::metrics::{Counter, Gauge, Histogram, Telemetry};
+use super::metrics::{ComputedGauge, Counter, Gauge, Histogram, Telemetry};
 
 #[derive(Clone, Debug, Default)]
 pub struct ReceiverCounters {
@@ -100,6 +100,8 @@ pub struct ExporterCounters {
     pub enqueue_failed: Counter,
     pub queue_size: Gauge,
     pub queue_capacity: Gauge,
+    /// How long the oldest batch in the sending queue has waited; 0 when it is empty.
+    pub queue_oldest_age: ComputedGauge,
 }
 
 impl ExporterCounters {
@@ -140,6 +142,11 @@ impl ExporterCounters {
             queue_capacity: t.gauge(
                 "otelcol_exporter_queue_capacity",
                 "Capacity of the sending queue.",
+                &d,
+            ),
+            queue_oldest_age: t.computed_gauge(
+                "otelcol_exporter_queue_oldest_batch_age_seconds",
+                "How long the oldest batch in the sending queue has waited (0 when empty).",
                 &d,
             ),
         }

@@ -32,6 +32,40 @@ impl Gauge {
     }
 }
 
+/// A gauge read when metrics are rendered, from whatever its owner set as its source (a
+/// queue's oldest entry, say); 0 until then. Seconds and other fractions fit, unlike
+/// [`Gauge`].
+#[derive(Clone, Default)]
+pub struct ComputedGauge(Arc<Mutex<Option<GaugeSource>>>);
+
+type GaugeSource = Arc<dyn Fn() -> f64 + Send + Sync>;
+
+impl ComputedGauge {
+    /// Reads `source` from now on, in place of the one before.
+    pub fn set_source(&self, source: impl Fn() -> f64 + Send + Sync + 'static) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(source));
+    }
+
+    pub fn get(&self) -> f64 {
+        // The source runs outside the lock, so it may take locks of its own.
+        let source = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        source.map_or(0.0, |f| f())
+    }
+}
+
+impl std::fmt::Debug for ComputedGauge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ComputedGauge({})", self.get())
+    }
+}
+
 /// Upper bounds, in seconds, of the latency histograms' buckets: from a millisecond to
 /// an hour, for both an export call and how late data arrives.
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -146,6 +180,7 @@ fn add_saturating(a: &AtomicU64, v: u64) {
 enum Series {
     Counter(Counter),
     Gauge(Gauge),
+    Computed(ComputedGauge),
     Histogram(Histogram),
 }
 
@@ -227,6 +262,26 @@ impl Telemetry {
         .unwrap_or_default()
     }
 
+    /// The gauge `name` with these labels, read from its source when rendered.
+    pub fn computed_gauge(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&'static str, &str)],
+    ) -> ComputedGauge {
+        self.series(
+            name,
+            help,
+            labels,
+            || Series::Computed(ComputedGauge::default()),
+            |s| match s {
+                Series::Computed(g) => Some(g.clone()),
+                _ => None,
+            },
+        )
+        .unwrap_or_default()
+    }
+
     /// The histogram `name` (in seconds, buckets [`LATENCY_BUCKETS`]) with these labels,
     /// made on first use. Names end in `_seconds`.
     pub fn histogram(
@@ -285,7 +340,7 @@ impl Telemetry {
         let mut out = String::new();
         for (name, family) in families.iter() {
             let kind = match family.series.values().next() {
-                Some(Series::Gauge(_)) => "gauge",
+                Some(Series::Gauge(_) | Series::Computed(_)) => "gauge",
                 Some(Series::Histogram(_)) => "histogram",
                 _ => "counter",
             };
@@ -311,6 +366,7 @@ impl Telemetry {
                 let value = match series {
                     Series::Counter(c) => c.get().to_string(),
                     Series::Gauge(g) => g.get().to_string(),
+                    Series::Computed(g) => g.get().to_string(),
                     Series::Histogram(h) => {
                         let mut cumulative = 0;
                         for (i, bucket) in h.0.buckets.iter().enumerate() {
@@ -343,6 +399,8 @@ impl Telemetry {
             Some(match s {
                 Series::Counter(c) => i64::try_from(c.get()).unwrap_or(i64::MAX),
                 Series::Gauge(g) => g.get(),
+                // Whole units: tests and status pages read seconds.
+                Series::Computed(g) => g.get() as i64,
                 Series::Histogram(h) => i64::try_from(h.count()).unwrap_or(i64::MAX),
             })
         })

@@ -4,6 +4,8 @@
 mod edges;
 pub mod heap;
 mod metrics;
+mod wire;
 
 pub use edges::{ExporterCounters, ProcessorCounters, ReceiverCounters};
-pub use metrics::{Counter, Gauge, Histogram, LATENCY_BUCKETS, Telemetry};
+pub use metrics::{ComputedGauge, Counter, Gauge, Histogram, LATENCY_BUCKETS, Telemetry};
+pub use wire::WireBytes;

@@ -10,7 +10,8 @@ use profcol_core::client::grpc::GrpcTarget;
 use profcol_core::client::tls::TlsClientSettings;
 use profcol_core::config::{ConfigError, Validate, duration};
 use profcol_core::exporterhelper::{
-    ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks,
+    ExporterHelperSettings, OfflineSettings, QueueSettings, RetrySettings, validate_helper_blocks,
+    validate_offline_block,
 };
 use serde::Deserialize;
 
@@ -129,6 +130,8 @@ pub struct ArrowExporterConfig {
     pub timeout: Duration,
     pub retry_on_failure: RetrySettings,
     pub sending_queue: QueueSettings,
+    /// Batches kept on local disk while the backend is unreachable (`offline.directory`).
+    pub offline: OfflineSettings,
     /// Off unless present; `debuginfo: {}` turns it on with the defaults.
     pub debuginfo: Option<DebuginfoSettings>,
 }
@@ -144,6 +147,7 @@ impl Default for ArrowExporterConfig {
             timeout: Duration::from_secs(5),
             retry_on_failure: RetrySettings::default(),
             sending_queue: QueueSettings::default(),
+            offline: OfflineSettings::default(),
             debuginfo: None,
         }
     }
@@ -155,6 +159,7 @@ impl ArrowExporterConfig {
             timeout: self.timeout,
             retry: self.retry_on_failure.clone(),
             queue: self.sending_queue.clone(),
+            offline: self.offline.clone(),
         }
     }
 }
@@ -177,6 +182,7 @@ impl Validate for ArrowExporterConfig {
             &self.retry_on_failure,
             &self.sending_queue,
         ));
+        errors.extend(validate_offline_block(&self.offline));
         if let Some(d) = &self.debuginfo {
             errors.extend(d.validate().into_iter().map(|e| e.under("debuginfo")));
         }

@@ -9,7 +9,8 @@ use http::header::HeaderMap;
 use http::uri::Uri;
 use profcol_core::config::{ConfigError, Validate, duration};
 use profcol_core::exporterhelper::{
-    ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks,
+    ExporterHelperSettings, OfflineSettings, QueueSettings, RetrySettings, validate_helper_blocks,
+    validate_offline_block,
 };
 use serde::Deserialize;
 
@@ -26,8 +27,14 @@ pub enum Compression {
     /// gzip at level 1 (fastest): the CPU is spent on a node being profiled.
     #[default]
     Gzip,
-    /// zstd at level 1.
+    /// zstd at level 3.
     Zstd,
+    /// Snappy as otelcol sends it: one raw block as `Content-Encoding: snappy` over HTTP
+    /// (otelcol since v0.123), the framing format as gRPC's `snappy` encoding.
+    Snappy,
+    /// Snappy's framing format as `Content-Encoding: x-snappy-framed` (otlphttp only).
+    #[serde(rename = "x-snappy-framed")]
+    SnappyFramed,
     /// No compression; `""` means the same, as in otelcol.
     #[serde(alias = "")]
     None,
@@ -39,6 +46,8 @@ impl Compression {
         match self {
             Compression::Gzip => Some("gzip"),
             Compression::Zstd => Some("zstd"),
+            Compression::Snappy => Some("snappy"),
+            Compression::SnappyFramed => Some("x-snappy-framed"),
             Compression::None => None,
         }
     }
@@ -79,6 +88,8 @@ pub struct OtlpExporterConfig {
     pub timeout: Duration,
     pub retry_on_failure: RetrySettings,
     pub sending_queue: QueueSettings,
+    /// Batches kept on local disk while the backend is unreachable (`offline.directory`).
+    pub offline: OfflineSettings,
 }
 
 impl Default for OtlpExporterConfig {
@@ -91,6 +102,7 @@ impl Default for OtlpExporterConfig {
             timeout: Duration::from_secs(5),
             retry_on_failure: RetrySettings::default(),
             sending_queue: QueueSettings::default(),
+            offline: OfflineSettings::default(),
         }
     }
 }
@@ -101,6 +113,7 @@ impl OtlpExporterConfig {
             timeout: self.timeout,
             retry: self.retry_on_failure.clone(),
             queue: self.sending_queue.clone(),
+            offline: self.offline.clone(),
         }
     }
 }
@@ -116,6 +129,12 @@ impl Validate for OtlpExporterConfig {
         } else if let Err(e) = GrpcTarget::parse(&self.endpoint, self.tls.insecure) {
             errors.push(ConfigError::new("endpoint", e));
         }
+        if self.compression == Compression::SnappyFramed {
+            errors.push(ConfigError::new(
+                "compression",
+                "x-snappy-framed is an HTTP content coding; gRPC's `snappy` is framed already",
+            ));
+        }
         errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
         if let Err(e) = header_map(&self.headers) {
             errors.extend(e);
@@ -124,6 +143,7 @@ impl Validate for OtlpExporterConfig {
             &self.retry_on_failure,
             &self.sending_queue,
         ));
+        errors.extend(validate_offline_block(&self.offline));
         errors
     }
 }
@@ -146,6 +166,8 @@ pub struct OtlpHttpExporterConfig {
     pub timeout: Duration,
     pub retry_on_failure: RetrySettings,
     pub sending_queue: QueueSettings,
+    /// Batches kept on local disk while the backend is unreachable (`offline.directory`).
+    pub offline: OfflineSettings,
 }
 
 impl Default for OtlpHttpExporterConfig {
@@ -161,6 +183,7 @@ impl Default for OtlpHttpExporterConfig {
             timeout: Duration::from_secs(30),
             retry_on_failure: RetrySettings::default(),
             sending_queue: QueueSettings::default(),
+            offline: OfflineSettings::default(),
         }
     }
 }
@@ -171,6 +194,7 @@ impl OtlpHttpExporterConfig {
             timeout: self.timeout,
             retry: self.retry_on_failure.clone(),
             queue: self.sending_queue.clone(),
+            offline: self.offline.clone(),
         }
     }
 
@@ -217,6 +241,7 @@ impl Validate for OtlpHttpExporterConfig {
             &self.retry_on_failure,
             &self.sending_queue,
         ));
+        errors.extend(validate_offline_block(&self.offline));
         errors
     }
 }

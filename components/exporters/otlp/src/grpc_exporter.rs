@@ -25,6 +25,7 @@ use profcol_core::component::{
 use profcol_core::exporterhelper::ExporterHelperSettings;
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::types::ExportProfilesServiceResponse;
+use profcol_core::telemetry::WireBytes;
 use prost::Message;
 use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::transport::Channel;
@@ -32,7 +33,10 @@ use tower_service::Service;
 
 use crate::config::{Compression, Encoding, OtlpExporterConfig, header_map};
 use crate::outcome::{PartialSuccess, from_grpc_status};
-use crate::payload::encode_batch;
+use crate::payload::{Encoded, encode_batch};
+
+/// The gRPC message prefix: compressed flag and length.
+const GRPC_PREFIX: usize = 5;
 
 /// The OTLP profiles Export method.
 pub const EXPORT_PATH: &str =
@@ -74,6 +78,7 @@ pub(crate) struct GrpcExporter {
     timeout: Duration,
     endpoint: String,
     partial: PartialSuccess,
+    bytes: WireBytes,
 }
 
 impl GrpcExporter {
@@ -104,14 +109,21 @@ impl GrpcExporter {
             headers: Arc::new(headers),
             encoding: config.compression.encoding_token(),
         };
+        // gRPC's `snappy` encoding (grpc-go's, which otelcol registers) is the framing
+        // format; the token stays `snappy`.
+        let compression = match config.compression {
+            Compression::Snappy => Compression::SnappyFramed,
+            other => other,
+        };
         let client = tonic::client::Grpc::new(transport)
             .accept_compressed(CompressionEncoding::Gzip)
             .accept_compressed(CompressionEncoding::Zstd)
             .max_decoding_message_size(MAX_RESPONSE_BYTES);
         Ok(GrpcExporter {
             client,
-            compression: config.compression,
+            compression,
             timeout: config.timeout,
+            bytes: WireBytes::sent(&ctx.telemetry, &ctx.id.to_string()),
             endpoint: target.uri.to_string(),
             partial: PartialSuccess::new(ctx),
         })
@@ -121,12 +133,15 @@ impl GrpcExporter {
 #[async_trait]
 impl Exporter for GrpcExporter {
     async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError> {
-        let payload = encode_batch(batch, Encoding::Proto, self.compression).await?;
+        let Encoded { body, plain_len } =
+            encode_batch(batch, Encoding::Proto, self.compression).await?;
+        // The message goes out with gRPC's 5-byte length prefix.
+        let (wire, plain) = (GRPC_PREFIX + body.len(), GRPC_PREFIX + plain_len);
         let mut client = self.client.clone();
         client.ready().await.map_err(|e| {
             ExportError::retryable(format!("gRPC channel to {} not ready: {e}", self.endpoint))
         })?;
-        let mut request = tonic::Request::new(payload);
+        let mut request = tonic::Request::new(body);
         if !self.timeout.is_zero() {
             // Tells the server the deadline (`grpc-timeout`); the exporter helper enforces it.
             request.set_timeout(self.timeout);
@@ -134,6 +149,13 @@ impl Exporter for GrpcExporter {
         let reply = client
             .unary(request, PathAndQuery::from_static(EXPORT_PATH), RawCodec)
             .await;
+        // The server answered (a status without a local cause): the request went out.
+        if reply.as_ref().map_or_else(
+            |status| std::error::Error::source(status).is_none(),
+            |_| true,
+        ) {
+            self.bytes.add(wire, plain);
+        }
         match reply {
             Ok(response) => {
                 self.partial

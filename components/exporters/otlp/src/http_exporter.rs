@@ -19,11 +19,12 @@ use profcol_core::exporterhelper::ExporterHelperSettings;
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::otlp_json::read_export_response_json;
 use profcol_core::pdata::types::ExportProfilesServiceResponse;
+use profcol_core::telemetry::WireBytes;
 use prost::Message;
 
 use crate::config::{Compression, Encoding, OtlpHttpExporterConfig, header_map};
 use crate::outcome::{PartialSuccess, error_chain, from_http_status};
-use crate::payload::encode_batch;
+use crate::payload::{Encoded, encode_batch};
 use profcol_core::client::grpc::USER_AGENT;
 use profcol_core::client::tls::{ClientTls, TlsError};
 
@@ -66,6 +67,7 @@ pub(crate) struct HttpExporter {
     compression: Compression,
     headers: HeaderMap,
     partial: PartialSuccess,
+    bytes: WireBytes,
 }
 
 impl HttpExporter {
@@ -146,6 +148,7 @@ impl HttpExporter {
             compression: config.compression,
             headers,
             partial: PartialSuccess::new(ctx),
+            bytes: WireBytes::sent(&ctx.telemetry, &ctx.id.to_string()),
         })
     }
 
@@ -193,7 +196,9 @@ fn plaintext_placeholder_config() -> Result<rustls::ClientConfig, TlsError> {
 #[async_trait]
 impl Exporter for HttpExporter {
     async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError> {
-        let body = encode_batch(batch, self.encoding, self.compression).await?;
+        let Encoded { body, plain_len } =
+            encode_batch(batch, self.encoding, self.compression).await?;
+        let wire = body.len();
         let mut request = http::Request::post(self.url.clone())
             .body(Full::new(body))
             .map_err(|e| ExportError::permanent(format!("building the request failed: {e}")))?;
@@ -203,6 +208,7 @@ impl Exporter for HttpExporter {
             tracing::debug!(error = %error, "HTTP export failed");
             error
         })?;
+        self.bytes.add(wire, plain_len);
         let status = response.status();
         let header = |name| {
             response

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use profcol_core::config::{ConfigError, Validate, duration};
 use profcol_core::exporterhelper::{
-    ExporterHelperSettings, QueueSettings, RetrySettings, validate_helper_blocks,
+    ExporterHelperSettings, OfflineSettings, QueueSettings, RetrySettings, validate_helper_blocks,
+    validate_offline_block,
 };
 use serde::Deserialize;
 
@@ -54,6 +55,8 @@ pub struct Config {
     pub timeout: Duration,
     pub retry_on_failure: RetrySettings,
     pub sending_queue: QueueSettings,
+    /// Batches kept on local disk while the backend is unreachable (`offline.directory`).
+    pub offline: OfflineSettings,
 }
 
 impl Default for Config {
@@ -72,6 +75,7 @@ impl Default for Config {
             timeout: Duration::from_secs(30),
             retry_on_failure: RetrySettings::default(),
             sending_queue: QueueSettings::default(),
+            offline: OfflineSettings::default(),
         }
     }
 }
@@ -87,6 +91,7 @@ impl Config {
             timeout: self.timeout,
             retry: self.retry_on_failure.clone(),
             queue: self.sending_queue.clone(),
+            offline: self.offline.clone(),
         }
     }
 }
@@ -121,6 +126,7 @@ impl Validate for Config {
             &self.retry_on_failure,
             &self.sending_queue,
         ));
+        errors.extend(validate_offline_block(&self.offline));
         errors
     }
 }

@@ -333,6 +333,7 @@ fn testdata_config_parses() {
                 queue_size: 100,
                 ..QueueSettings::default()
             },
+            offline: Default::default(),
         }
     );
     assert!(c.validate().is_empty(), "{:?}", c.validate());

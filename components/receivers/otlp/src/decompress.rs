@@ -37,6 +37,46 @@ pub(crate) fn gunzip(
     read_capped(&mut decoder, body.len(), limit, permit, corrupt)
 }
 
+/// The stream identifier that starts snappy's framing format (`x-snappy-framed`, and what
+/// otelcol's gRPC snappy compressor writes).
+pub(crate) const SNAPPY_FRAMED_MAGIC: &[u8] = b"\xff\x06\x00\x00sNaPpY";
+
+/// Undoes snappy's framing format, as [`unzstd`]; each chunk's checksum is verified.
+pub(crate) fn unsnappy_framed(
+    body: &[u8],
+    limit: usize,
+    permit: &mut DecodePermit,
+) -> Result<Vec<u8>, Error> {
+    let corrupt = |e: std::io::Error| Error::Corrupt(format!("snappy framed data is corrupt: {e}"));
+    let mut decoder = snap::read::FrameDecoder::new(body);
+    read_capped(&mut decoder, body.len(), limit, permit, corrupt)
+}
+
+/// Undoes `Content-Encoding: snappy` as otelcol's HTTP server reads it: the framing format
+/// when the body starts with its stream identifier (what otelcol clients sent before
+/// v0.123), else one raw block, whose stated length is checked against `limit` and the
+/// budget before anything is allocated.
+pub(crate) fn unsnappy(
+    body: &[u8],
+    limit: usize,
+    permit: &mut DecodePermit,
+) -> Result<Vec<u8>, Error> {
+    if body.starts_with(SNAPPY_FRAMED_MAGIC) {
+        return unsnappy_framed(body, limit, permit);
+    }
+    let corrupt = |e: snap::Error| Error::Corrupt(format!("snappy data is corrupt: {e}"));
+    let len = snap::raw::decompress_len(body).map_err(corrupt)?;
+    if len > limit {
+        return Err(Error::TooLarge { limit });
+    }
+    permit
+        .cover(body.len().saturating_add(len))
+        .map_err(|_| Error::Busy)?;
+    snap::raw::Decoder::new()
+        .decompress_vec(body)
+        .map_err(corrupt)
+}
+
 fn read_capped(
     reader: &mut impl std::io::Read,
     body_len: usize,
@@ -84,6 +124,49 @@ mod tests {
         );
         assert!(matches!(
             gunzip(b"not gzip", 1 << 20, permit),
+            Err(Error::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn snappy_block_and_framed_are_capped() {
+        let budget = profcol_core::decode_budget::DecodeBudget::new(4096);
+        let permit = &mut budget.permit();
+        let zeros = vec![0u8; 4 << 20];
+        let block = snap::raw::Encoder::new()
+            .compress_vec(&zeros)
+            .expect("compress");
+        let mut framed = Vec::new();
+        {
+            use std::io::Write;
+            let mut w = snap::write::FrameEncoder::new(&mut framed);
+            w.write_all(&zeros).expect("frame");
+            w.flush().expect("flush");
+        }
+        assert!(framed.starts_with(SNAPPY_FRAMED_MAGIC));
+        for body in [&block, &framed] {
+            assert_eq!(
+                unsnappy(body, 1 << 20, permit),
+                Err(Error::TooLarge { limit: 1 << 20 })
+            );
+            assert_eq!(unsnappy(body, 4 << 20, permit).expect("fits"), zeros);
+        }
+        assert_eq!(
+            unsnappy_framed(&framed, 4 << 20, permit).expect("fits"),
+            zeros
+        );
+        // A block that claims 4 GiB is refused from its header, before any allocation.
+        let liar = [0xff, 0xff, 0xff, 0xff, 0x0f, 0x00];
+        assert!(matches!(
+            unsnappy(&liar, 64 << 20, permit),
+            Err(Error::TooLarge { .. })
+        ));
+        assert!(matches!(
+            unsnappy_framed(b"not snappy", 1 << 20, permit),
+            Err(Error::Corrupt(_))
+        ));
+        assert!(matches!(
+            unsnappy(&block[..block.len() / 2], 4 << 20, permit),
             Err(Error::Corrupt(_))
         ));
     }

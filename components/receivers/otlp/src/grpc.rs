@@ -26,6 +26,7 @@ use http_body_util::Full;
 use profcol_core::component::Refused;
 use profcol_core::decode_budget::DecodePermit;
 use profcol_core::server::{BodyError, PeerAddr, read_body};
+use profcol_core::telemetry::WireBytes;
 
 /// How long a request without `grpc-timeout` may wait for pipeline room.
 pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
@@ -39,10 +40,11 @@ pub(crate) struct GrpcEndpoint {
     inner: ProfilesServiceServer<Export>,
     intake: Intake,
     max_message_size: usize,
+    bytes: WireBytes,
 }
 
 impl GrpcEndpoint {
-    pub(crate) fn new(intake: Intake, max_message_size: usize) -> Self {
+    pub(crate) fn new(intake: Intake, max_message_size: usize, bytes: WireBytes) -> Self {
         let inner = ProfilesServiceServer::new(Export {
             intake: intake.clone(),
         })
@@ -53,6 +55,7 @@ impl GrpcEndpoint {
             inner,
             intake,
             max_message_size,
+            bytes,
         }
     }
 }
@@ -131,8 +134,17 @@ impl GrpcEndpoint {
             }
             _ => None,
         };
-        if !matches!(encoding.as_str(), "gzip" | "zstd") {
+        if !matches!(encoding.as_str(), "gzip" | "zstd" | "snappy") {
+            if encoding == "identity" {
+                self.bytes.add(bytes.len(), bytes.len());
+            }
             return Ok((bytes, permit));
+        }
+        if frame.is_none() && encoding == "snappy" {
+            // tonic has no snappy; an Export request is one message.
+            return Err(Status::unimplemented(
+                "snappy-compressed requests must be one compressed message",
+            ));
         }
         if frame.is_none() {
             // Several frames, or one that does not add up: tonic decompresses them, so
@@ -145,6 +157,9 @@ impl GrpcEndpoint {
         let (plain, mut permit) = tokio::task::spawn_blocking(move || {
             let plain = match encoding.as_str() {
                 "gzip" => crate::decompress::gunzip(&compressed, max, &mut permit),
+                // grpc-go's snappy compressor, which otelcol registers, writes the
+                // framing format.
+                "snappy" => crate::decompress::unsnappy_framed(&compressed, max, &mut permit),
                 _ => crate::decompress::unzstd(&compressed, max, &mut permit),
             };
             (plain, permit)
@@ -157,6 +172,7 @@ impl GrpcEndpoint {
             crate::decompress::Error::Corrupt(m) => Status::internal(m),
         })?;
         permit.cover(plain.len()).map_err(refused)?;
+        self.bytes.add(bytes.len(), FRAME_HEADER + plain.len());
         let mut framed = Vec::with_capacity(FRAME_HEADER + plain.len());
         framed.push(0);
         framed.extend_from_slice(&u32::try_from(plain.len()).unwrap_or(u32::MAX).to_be_bytes());

@@ -1,5 +1,5 @@
-//! OTLP/HTTP: `POST /v1development/profiles` with a protobuf or JSON body, plain, gzip or
-//! zstd. Answers come in the request's encoding.
+//! OTLP/HTTP: `POST /v1development/profiles` with a protobuf or JSON body, plain, gzip,
+//! zstd or snappy (`snappy` block or framed as otelcol reads it, `x-snappy-framed`). Answers come in the request's encoding.
 
 use std::borrow::Cow;
 use std::convert::Infallible;
@@ -16,11 +16,12 @@ use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::codec::{DecodeError, is_gzip};
 use profcol_core::pdata::otlp_json::{read_profiles_json, write_export_response_json};
 use profcol_core::pdata::types::ExportProfilesServiceResponse;
+use profcol_core::telemetry::WireBytes;
 use prost::Message;
 use prost::bytes::Bytes;
 
 use crate::Intake;
-use crate::decompress::unzstd;
+use crate::decompress::{unsnappy, unsnappy_framed, unzstd};
 use crate::status::{RpcStatus, code, refused_status};
 use profcol_core::decode_budget::DecodePermit;
 use profcol_core::server::{self, PeerAddr, Rejection, read_body};
@@ -53,6 +54,9 @@ enum Coding {
     Identity,
     Gzip,
     Zstd,
+    /// A raw block, or the framing format when the body starts with its identifier.
+    Snappy,
+    SnappyFramed,
 }
 
 /// A refused request: the rejection every HTTP receiver shares.
@@ -66,7 +70,7 @@ fn not_found(path: &str) -> HttpError {
     }
 }
 const MEDIA_TYPES: &str = "application/x-protobuf or application/json";
-const ENCODINGS: &str = "gzip, zstd or none";
+const ENCODINGS: &str = "gzip, zstd, snappy, x-snappy-framed or none";
 
 /// The `google.rpc.Status` a refusal answers with.
 fn rpc_status(e: &HttpError) -> RpcStatus {
@@ -94,14 +98,16 @@ pub(crate) struct HttpEndpoint {
 struct Inner {
     intake: Intake,
     max_body_size: usize,
+    bytes: WireBytes,
 }
 
 impl HttpEndpoint {
-    pub(crate) fn new(intake: Intake, max_body_size: usize) -> Self {
+    pub(crate) fn new(intake: Intake, max_body_size: usize, bytes: WireBytes) -> Self {
         HttpEndpoint {
             inner: Arc::new(Inner {
                 intake,
                 max_body_size,
+                bytes,
             }),
         }
     }
@@ -162,8 +168,9 @@ impl Inner {
             .map_err(HttpError::Refused)?;
         let body = read_body(&parts.headers, body, limit).await?;
         permit.cover(body.len()).map_err(HttpError::Refused)?;
+        let bytes = self.bytes.clone();
         let (batch, permit) = tokio::task::spawn_blocking(move || {
-            let batch = decode(&body, coding, encoding, limit, &mut permit);
+            let batch = decode(&body, coding, encoding, limit, &mut permit, &bytes);
             (batch, permit)
         })
         .await
@@ -201,6 +208,8 @@ fn content_coding(headers: &HeaderMap) -> Result<Coding, HttpError> {
         "" | "identity" => Ok(Coding::Identity),
         "gzip" | "x-gzip" => Ok(Coding::Gzip),
         "zstd" => Ok(Coding::Zstd),
+        "snappy" => Ok(Coding::Snappy),
+        "x-snappy-framed" => Ok(Coding::SnappyFramed),
         _ => Err(Rejection::UnsupportedEncoding {
             given: text.into_owned(),
             accepted: ENCODINGS,
@@ -216,6 +225,7 @@ fn decode(
     encoding: Encoding,
     limit: usize,
     permit: &mut DecodePermit,
+    bytes: &WireBytes,
 ) -> Result<ProfileBatch, HttpError> {
     let decompressed = |e| match e {
         crate::decompress::Error::TooLarge { limit } => HttpError::TooLarge { limit },
@@ -233,7 +243,12 @@ fn decode(
             Cow::Owned(crate::decompress::gunzip(body, limit, permit).map_err(decompressed)?)
         }
         Coding::Zstd => Cow::Owned(unzstd(body, limit, permit).map_err(decompressed)?),
+        Coding::Snappy => Cow::Owned(unsnappy(body, limit, permit).map_err(decompressed)?),
+        Coding::SnappyFramed => {
+            Cow::Owned(unsnappy_framed(body, limit, permit).map_err(decompressed)?)
+        }
     };
+    bytes.add(body.len(), plain.len());
     match encoding {
         Encoding::Protobuf => permit.cover(plain.len()),
         // JSON is read through a document tree first, which takes far more per byte.
@@ -353,6 +368,7 @@ mod tests {
             Encoding::Protobuf,
             1 << 20,
             &mut budget.permit(),
+            &WireBytes::detached(),
         )
         .expect_err("not gzip");
         assert_eq!(e.http_status(), StatusCode::BAD_REQUEST);

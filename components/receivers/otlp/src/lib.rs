@@ -26,6 +26,7 @@ use profcol_core::decode_budget::{DecodeBudget, DecodePermit};
 use profcol_core::pdata::types::ProfilesData;
 use profcol_core::pdata::{ClientInfo, ProfileBatch, ValidationError};
 use profcol_core::server;
+use profcol_core::telemetry::WireBytes;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -133,8 +134,9 @@ impl Receiver for OtlpReceiver {
                     component: "otlp receiver",
                     protocol: "grpc",
                 };
+                let bytes = WireBytes::received(&ctx.telemetry, &ctx.id.to_string(), "grpc");
                 let endpoint =
-                    grpc::GrpcEndpoint::new(intake.clone(), g.config.max_recv_msg_size());
+                    grpc::GrpcEndpoint::new(intake.clone(), g.config.max_recv_msg_size(), bytes);
                 server::serve(listener, endpoint, ctx.shutdown.clone()).await;
             }
         };
@@ -147,7 +149,9 @@ impl Receiver for OtlpReceiver {
                     component: "otlp receiver",
                     protocol: "http",
                 };
-                let endpoint = http::HttpEndpoint::new(intake.clone(), h.config.max_body_size());
+                let bytes = WireBytes::received(&ctx.telemetry, &ctx.id.to_string(), "http");
+                let endpoint =
+                    http::HttpEndpoint::new(intake.clone(), h.config.max_body_size(), bytes);
                 server::serve(listener, endpoint, ctx.shutdown.clone()).await;
             }
         };

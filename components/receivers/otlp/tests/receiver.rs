@@ -434,6 +434,48 @@ async fn http_gzip_and_zstd_bodies_are_delivered() {
     running.stop().await;
 }
 
+/// otelcol's snappy: `snappy` as one raw block (its clients since v0.123) or the framing
+/// format (before), told apart by the stream identifier; `x-snappy-framed` framed.
+#[tokio::test]
+async fn http_snappy_bodies_are_delivered_in_both_forms() {
+    use std::io::Write;
+    let mut running = start(both_protocols(), 8).await;
+    let batch = go_cpu_batch();
+    let plain = batch.encode_to_vec();
+    let block = snap::raw::Encoder::new()
+        .compress_vec(&plain)
+        .expect("snappy");
+    let mut framed = snap::write::FrameEncoder::new(Vec::new());
+    framed.write_all(&plain).expect("frame");
+    let framed = framed.into_inner().expect("framed");
+    for (coding, body) in [
+        ("snappy", block.clone()),
+        ("snappy", framed.clone()),
+        ("x-snappy-framed", framed),
+    ] {
+        let reply = post(
+            running.http,
+            &[PROTOBUF, ("content-encoding", coding)],
+            body,
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{coding}: {:?}", reply.body);
+        assert_eq!(
+            running.next_batch().await.sample_count(),
+            batch.sample_count()
+        );
+    }
+    // A raw block is not the framing format.
+    let reply = post(
+        running.http,
+        &[PROTOBUF, ("content-encoding", "x-snappy-framed")],
+        block,
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{:?}", reply.body);
+    running.stop().await;
+}
+
 #[tokio::test]
 async fn http_bad_bodies_are_400_with_a_status_in_the_request_encoding() {
     let mut running = start(both_protocols(), 8).await;

@@ -272,3 +272,32 @@ fn create_needs_a_runtime_and_does_no_network() {
         assert!(OtlpHttpExporterFactory.create(http, &ctx).is_ok());
     });
 }
+
+/// otelcol's snappy spellings: `snappy` on both, `x-snappy-framed` on otlphttp only
+/// (gRPC's snappy is framed already); `offline` is checked under its key.
+#[test]
+fn snappy_spellings_and_the_offline_block() {
+    let http: OtlpHttpExporterConfig =
+        parse_yaml_as("endpoint: http://localhost:4318\ncompression: x-snappy-framed\n")
+            .expect("framed");
+    assert_eq!(http.compression, Compression::SnappyFramed);
+    assert!(http.validate().is_empty(), "{:?}", http.validate());
+    let grpc: OtlpExporterConfig =
+        parse_yaml_as("endpoint: localhost:4317\ncompression: snappy\n").expect("snappy");
+    assert_eq!(grpc.compression, Compression::Snappy);
+    assert!(grpc.validate().is_empty(), "{:?}", grpc.validate());
+    let grpc: OtlpExporterConfig = parse_yaml_as(
+        "endpoint: localhost:4317\ncompression: x-snappy-framed\noffline:\n  directory: /tmp/x\n  max_size_mib: 0\n",
+    )
+    .expect("parses");
+    assert_eq!(
+        paths(&grpc.validate()),
+        vec!["compression", "offline::max_size_mib"]
+    );
+    let e = parse_yaml_as::<OtlpExporterConfig>("offline:\n  dir: /tmp/x\n").expect_err("typo");
+    assert_eq!(e.path, "offline::dir");
+    assert_eq!(
+        grpc.helper_settings().offline.directory,
+        Some(PathBuf::from("/tmp/x"))
+    );
+}

@@ -9,10 +9,10 @@ pub mod client;
 pub mod component;
 pub mod config;
 pub mod decode_budget;
+pub mod endpoint;
 pub mod errors;
 pub mod exporterhelper;
 pub mod host_executables;
-pub mod net;
 pub mod pdata;
 
 /// JFR recordings into the model.

@@ -387,7 +387,7 @@ pub fn declared_length_within(headers: &http::HeaderMap, limit: usize) -> usize 
 /// Reads a request body of at most `limit` bytes: refused at once when its declared
 /// `Content-Length` is over, cut off when more arrives, given [`BODY_READ_TIMEOUT`].
 /// Takes the body by reference so that what a refused request still sends can be
-/// drained afterwards ([`crate::net::discard_rest`]).
+/// drained afterwards ([`discard_rest`]).
 pub async fn read_body(
     headers: &http::HeaderMap,
     body: &mut Incoming,
@@ -426,6 +426,40 @@ pub fn respond(
         );
     }
     response
+}
+
+/// How much of a refused request's body is read and thrown away, at most, so that a client
+/// still sending can read the answer: closing a socket with unread input makes the kernel reset
+/// the connection, and the reset destroys the answer in the client's receive buffer. Past these
+/// bounds the connection is closed anyway (as nginx's lingering close does).
+const DISCARD_MAX_BYTES: usize = 64 << 20;
+const DISCARD_MAX_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads what is left of a refused request's body in the background and drops it.
+pub fn discard_rest<B>(mut body: B)
+where
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+{
+    if body.is_end_stream() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut read = 0usize;
+        let drain = async {
+            while read < DISCARD_MAX_BYTES {
+                let frame =
+                    std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await;
+                match frame {
+                    Some(Ok(frame)) => {
+                        read += frame.data_ref().map_or(0, bytes::Buf::remaining);
+                    }
+                    Some(Err(_)) | None => break,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DISCARD_MAX_TIME, drain).await;
+    });
 }
 
 #[cfg(test)]

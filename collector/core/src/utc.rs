@@ -106,6 +106,17 @@ impl UtcTime {
     }
 }
 
+/// `20261130T044512Z` for a Unix time in nanoseconds: sorts by time, and has no `:`
+/// (which some file systems refuse), for file names.
+pub fn compact(unix_nanos: u64) -> String {
+    UtcTime::from_unix_nanos(unix_nanos).compact()
+}
+
+/// `2026-11-30T04:45:12Z` for a Unix time in nanoseconds, for people.
+pub fn rfc3339_seconds(unix_nanos: u64) -> String {
+    UtcTime::from_unix_nanos(unix_nanos).rfc3339_seconds()
+}
+
 /// Nanoseconds since the Unix epoch, now.
 pub fn now_unix_nanos() -> u64 {
     std::time::SystemTime::now()
@@ -166,6 +177,23 @@ mod tests {
             UtcTime::from_unix_millis(951_782_400_000).rfc3339_nanos(),
             "2000-02-29T00:00:00.000000000Z"
         );
+    }
+
+    /// The file-name form round-trips to the second, and refuses anything else.
+    #[test]
+    fn compact_names_round_trip() {
+        assert_eq!(compact(0), "19700101T000000Z");
+        assert_eq!(compact(1_796_013_912_999_999_999), "20261130T044512Z");
+        assert_eq!(compact(951_782_400_000_000_000), "20000229T000000Z");
+        assert_eq!(
+            rfc3339_seconds(1_796_013_912_999_999_999),
+            "2026-11-30T04:45:12Z"
+        );
+        for t in [0, 951_782_400_000_000_000, 1_796_013_912_000_000_000] {
+            assert_eq!(UtcTime::parse_compact(&compact(t)), Some(t));
+        }
+        assert_eq!(UtcTime::parse_compact("20261130T044512"), None);
+        assert_eq!(UtcTime::parse_compact("2026113xT044512Z"), None);
     }
 
     #[test]

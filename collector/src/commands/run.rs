@@ -72,7 +72,7 @@ fn init_logs(telemetry: &TelemetryConfig) -> anyhow::Result<()> {
 /// Binds the self-metrics endpoint; called before anything starts, so a port in use
 /// stops profcol at once (as otelcol does) instead of leaving it running unobserved.
 async fn bind_metrics(address: &str) -> anyhow::Result<tokio::net::TcpListener> {
-    let listener = profcol_core::net::bind_listener(address)
+    let listener = profcol_core::endpoint::bind_listener(address)
         .await
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("self-metrics: cannot listen on {address}"))?;

@@ -1,23 +1,25 @@
 //! Configuration in the OpenTelemetry Collector's shape: YAML files merged in order,
-//! `${env:NAME}` expanded in values, an envelope of `receivers / processors / exporters /
+//! `${env:NAME}` expanded in values, the top level of `receivers / processors / exporters /
 //! extensions / service`, and typed component configs that each factory parses itself.
 //! Errors carry their path (`exporters::otlp::compresion: unknown field ...`) and are all
 //! reported at once.
 
 pub mod duration;
 mod env;
-mod envelope;
+mod headers;
 mod merge;
+mod top_level;
 
 use std::fmt;
 
 pub use env::expand_env;
-pub use envelope::{
+pub use headers::header_map;
+pub use merge::merge_values;
+pub use serde_yaml_ng::Value;
+pub use top_level::{
     LogEncoding, LogsConfig, MetricsConfig, PipelineConfig, RawConfig, ServiceConfig,
     TelemetryConfig,
 };
-pub use merge::merge_values;
-pub use serde_yaml_ng::Value;
 
 /// One thing wrong with a configuration, at a path like `receivers::otlp::protocols`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -207,5 +207,5 @@ fn check_endpoint(endpoint: &str, insecure: bool) -> Option<ConfigError> {
 pub(crate) fn header_map(
     headers: &BTreeMap<String, String>,
 ) -> Result<HeaderMap, Vec<ConfigError>> {
-    profcol_core::net::header_map(headers, &["grpc-"])
+    profcol_core::config::header_map(headers, &["grpc-"])
 }

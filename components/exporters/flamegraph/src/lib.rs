@@ -8,7 +8,6 @@ mod config;
 mod folded;
 mod services;
 mod store;
-mod timefmt;
 mod title;
 
 use std::path::PathBuf;
@@ -24,6 +23,7 @@ use profcol_core::exporterhelper::{
     ExporterHelperSettings, PeriodicTask, QueueSettings, RetrySettings,
 };
 use profcol_core::pdata::ProfileBatch;
+use profcol_core::utc;
 
 pub use config::{Config, DEFAULT_MAX_SERVICES};
 pub use folded::UNKNOWN_SERVICE;
@@ -215,7 +215,7 @@ impl Exporter for FlamegraphExporter {
                 .services
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            accumulator.add(&batch, timefmt::now_nanos(), &mut |service| {
+            accumulator.add(&batch, utc::now_unix_nanos(), &mut |service| {
                 services.admit(service)
             });
         })

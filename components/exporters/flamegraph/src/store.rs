@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use profcol_core::exporterhelper::disk;
+use profcol_core::utc::{self, UtcTime};
 use serde::{Deserialize, Serialize};
 
 use crate::folded::Graph;
-use crate::timefmt;
 use crate::title::{Title, TitleValues};
 
 pub const INDEX_HTML: &str = "index.html";
@@ -135,7 +135,7 @@ fn svg_key(name: &str) -> Option<(u64, u64)> {
     }
     let stem = name.strip_suffix(".svg")?;
     let (head, tail) = stem.rsplit_once('-')?;
-    if let Some(t) = timefmt::parse_compact(tail) {
+    if let Some(t) = UtcTime::parse_compact(tail) {
         return Some((t, 0));
     }
     let n: u64 = tail
@@ -144,7 +144,7 @@ fn svg_key(name: &str) -> Option<(u64, u64)> {
         .then(|| tail.parse().ok())
         .flatten()?;
     let (_, time) = head.rsplit_once('-')?;
-    Some((timefmt::parse_compact(time)?, n))
+    Some((UtcTime::parse_compact(time)?, n))
 }
 
 /// This service folder's SVGs, oldest first.
@@ -342,8 +342,8 @@ impl Store {
 
     /// Renders one graph to SVG.
     pub fn render(&self, graph: &Graph) -> io::Result<Vec<u8>> {
-        let start = timefmt::rfc3339(graph.start_nanos);
-        let end = timefmt::rfc3339(graph.end_nanos);
+        let start = utc::rfc3339_seconds(graph.start_nanos);
+        let end = utc::rfc3339_seconds(graph.end_nanos);
         let mut options = inferno::flamegraph::Options::default();
         options.title = self.title.render(&TitleValues {
             service: &graph.service,
@@ -435,7 +435,7 @@ impl Store {
         disk::create_private_dir_all(&dir)?;
         let svg = self.render(graph)?;
         let sample_type = sanitize(&graph.sample_type);
-        let name = format!("{sample_type}-{}.svg", timefmt::compact(graph.start_nanos));
+        let name = format!("{sample_type}-{}.svg", utc::compact(graph.start_nanos));
         // `latest-*` first: it replaces, so a retry after the second write fails makes no
         // duplicate SVG.
         write_replace(&dir, &format!("latest-{sample_type}.svg"), &svg)?;
@@ -544,7 +544,7 @@ impl Store {
         let _ = writeln!(
             h,
             "<p>Updated {}. One flame graph per service and sample type per interval; newest first.</p>",
-            timefmt::rfc3339(timefmt::now_nanos())
+            utc::rfc3339_seconds(utc::now_unix_nanos())
         );
         if folders.is_empty() {
             h.push_str("<p>No flame graphs yet.</p>\n");
@@ -599,8 +599,8 @@ impl Store {
                             e.samples,
                             e.total,
                             html_escape(count_name(&e.unit)),
-                            timefmt::rfc3339(e.start_unix_nano),
-                            timefmt::rfc3339(e.end_unix_nano),
+                            utc::rfc3339_seconds(e.start_unix_nano),
+                            utc::rfc3339_seconds(e.end_unix_nano),
                         );
                     }
                     None => {

@@ -277,7 +277,7 @@ async fn go_cpu_renders_a_well_formed_svg_per_sample_type_and_an_index() {
     e.export(go_cpu("cart")).await.expect("export");
     e.shutdown().await.expect("shutdown flushes");
     let p = fixture("go-cpu.pb.gz");
-    let time = timefmt::compact(u64::try_from(p.time_nanos).expect("time"));
+    let time = utc::compact(u64::try_from(p.time_nanos).expect("time"));
     let svc = dir.join("cart");
     assert_eq!(
         names_in(&svc),
@@ -297,7 +297,7 @@ async fn go_cpu_renders_a_well_formed_svg_per_sample_type_and_an_index() {
     }
     let cpu = std::fs::read_to_string(svc.join(format!("cpu-{time}.svg"))).expect("svg");
     // Titled by the template, and counted in the sample type's unit.
-    let start = timefmt::rfc3339(u64::try_from(p.time_nanos).expect("time"));
+    let start = utc::rfc3339_seconds(u64::try_from(p.time_nanos).expect("time"));
     assert!(
         cpu.contains(&format!("cart cpu nanoseconds {start}")),
         "title"
@@ -419,7 +419,7 @@ async fn keep_deletes_the_oldest() {
     let mut times = Vec::new();
     for _ in 0..4 {
         p.time_nanos += 60_000_000_000;
-        times.push(timefmt::compact(u64::try_from(p.time_nanos).expect("time")));
+        times.push(utc::compact(u64::try_from(p.time_nanos).expect("time")));
         e.export(batch_of(&p, "cart")).await.expect("export");
         e.inner.flush().await.expect("flush");
     }
@@ -454,7 +454,7 @@ async fn same_start_twice_gets_a_suffix_and_the_index_survives_a_restart() {
     let dir = scratch("restart");
     let c = config(&dir);
     let p = fixture("go-goroutine.pb.gz");
-    let time = timefmt::compact(u64::try_from(p.time_nanos).expect("time"));
+    let time = utc::compact(u64::try_from(p.time_nanos).expect("time"));
     for _ in 0..2 {
         let e = exporter(&c);
         e.export(batch_of(&p, "cart")).await.expect("export");
@@ -837,8 +837,8 @@ async fn on_and_off_cpu_make_two_svgs_titled_by_type_and_unit() {
     let e = exporter(&config(&dir));
     e.export(cpu_and_off_cpu()).await.expect("export");
     e.shutdown().await.expect("shutdown flushes");
-    let time = timefmt::compact(T0);
-    let start = timefmt::rfc3339(T0);
+    let time = utc::compact(T0);
+    let start = utc::rfc3339_seconds(T0);
     let svc = dir.join("app");
     assert_eq!(
         svgs_in(&svc),

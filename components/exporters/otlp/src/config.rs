@@ -295,5 +295,5 @@ fn parse_http_url(text: &str, append_profiles_path: bool) -> Result<Uri, String>
 pub(crate) fn header_map(
     headers: &BTreeMap<String, String>,
 ) -> Result<HeaderMap, Vec<ConfigError>> {
-    profcol_core::net::header_map(headers, &["grpc-"])
+    profcol_core::config::header_map(headers, &["grpc-"])
 }

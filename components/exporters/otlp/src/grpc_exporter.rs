@@ -32,8 +32,8 @@ use tonic::transport::Channel;
 use tower_service::Service;
 
 use crate::config::{Compression, Encoding, OtlpExporterConfig, header_map};
-use crate::outcome::{PartialSuccess, from_grpc_status};
 use crate::payload::{Encoded, encode_batch};
+use crate::reply::{PartialSuccess, from_grpc_status};
 
 /// The gRPC message prefix: compressed flag and length.
 const GRPC_PREFIX: usize = 5;

@@ -23,8 +23,8 @@ use profcol_core::telemetry::WireBytes;
 use prost::Message;
 
 use crate::config::{Compression, Encoding, OtlpHttpExporterConfig, header_map};
-use crate::outcome::{PartialSuccess, error_chain, from_http_status};
 use crate::payload::{Encoded, encode_batch};
+use crate::reply::{PartialSuccess, error_chain, from_http_status};
 use profcol_core::client::grpc::USER_AGENT;
 use profcol_core::client::tls::{ClientTls, TlsError};
 

@@ -10,8 +10,8 @@
 mod config;
 mod grpc_exporter;
 mod http_exporter;
-mod outcome;
 mod payload;
+mod reply;
 /// The `google.rpc` messages of error replies (shared with the OTLP receiver).
 pub use profcol_proto::google_rpc as rpc;
 
@@ -21,9 +21,9 @@ pub use config::{
 };
 pub use grpc_exporter::{EXPORT_PATH, OtlpExporterFactory};
 pub use http_exporter::OtlpHttpExporterFactory;
-pub use outcome::PARTIAL_SUCCESS_METRIC;
 pub use payload::{GZIP_LEVEL, ZSTD_LEVEL, compress};
 pub use profcol_core::client::tls::TlsError;
+pub use reply::PARTIAL_SUCCESS_METRIC;
 
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,6 @@ mod retention;
 mod separate;
 mod services;
 mod template;
-mod timefmt;
 
 use profcol_core::exporterhelper::PeriodicTask;
 use std::collections::{HashMap, VecDeque};
@@ -37,6 +36,7 @@ use profcol_core::pdata::codec::gzip_fast;
 use profcol_core::pdata::pprof::{PprofError, ToPprofOptions, batch_to_pprof};
 use profcol_core::pdata::types::{KeyValue, Value};
 use profcol_core::pdata::{ProfileBatch, semconv};
+use profcol_core::utc;
 
 pub use config::{Config, DEFAULT_FILE_NAME, DEFAULT_MAX_FILES, DEFAULT_MAX_SERVICES};
 pub use push::SPY_NAME;
@@ -325,7 +325,7 @@ impl Inner {
         let name = template.render_output(&NameValues {
             service: &output.service,
             sample_type: &output.sample_type,
-            time: &timefmt::compact(output.start_nanos),
+            time: &utc::compact(output.start_nanos),
             pid: output.pid,
             seq: self.seq.fetch_add(1, Ordering::Relaxed),
         });
@@ -401,7 +401,7 @@ impl Inner {
     async fn export_now(&self, batch: ProfileBatch) -> Result<(), ExportError> {
         let options = self.options.clone();
         let outputs =
-            tokio::task::spawn_blocking(move || outputs(&batch, &options, timefmt::now_nanos()))
+            tokio::task::spawn_blocking(move || outputs(&batch, &options, utc::now_unix_nanos()))
                 .await
                 .map_err(|e| ExportError::permanent(format!("the translation task failed: {e}")))?
                 .map_err(|e| ExportError::permanent(e.to_string()))?;
@@ -457,7 +457,7 @@ impl Inner {
         };
         let options = self.options.clone();
         let fresh = tokio::task::spawn_blocking(move || {
-            let now = timefmt::now_nanos();
+            let now = utc::now_unix_nanos();
             let mut fresh = Vec::new();
             for (_, batch) in &groups {
                 // One batch that cannot become a pprof costs only itself.

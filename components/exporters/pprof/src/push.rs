@@ -85,7 +85,7 @@ impl Endpoint {
 pub(crate) fn header_map(
     headers: &BTreeMap<String, String>,
 ) -> Result<HeaderMap, Vec<ConfigError>> {
-    profcol_core::net::header_map(headers, &[])
+    profcol_core::config::header_map(headers, &[])
 }
 
 /// One profile to push.

@@ -431,7 +431,7 @@ async fn every_fixture_round_trips_through_a_file_named_by_the_template() {
             format!(
                 "{service}-{}-{}.pb.gz",
                 default_type(&original),
-                timefmt::compact(start)
+                utc::compact(start)
             ),
             "{name}"
         );
@@ -831,7 +831,7 @@ async fn cpu_and_off_cpu_of_one_process_make_a_file_per_sample_type() {
         let exporter = create(config(&dir));
         exporter.export(batch).await.expect("export");
         exporter.shutdown().await.expect("shutdown");
-        let time = timefmt::compact(T0);
+        let time = utc::compact(T0);
         check_cpu_and_off_cpu_files(
             &dir,
             &format!("app-samples-{time}.pb.gz"),
@@ -857,7 +857,7 @@ async fn interval_merges_each_sample_type_of_a_service_into_its_own_file() {
             .expect("export");
     }
     exporter.shutdown().await.expect("shutdown");
-    let time = timefmt::compact(T0);
+    let time = utc::compact(T0);
     check_cpu_and_off_cpu_files(
         &dir,
         &format!("app-samples-{time}.pb.gz"),
@@ -879,7 +879,7 @@ async fn a_template_without_type_names_off_cpu_files_by_a_suffix() {
         .export(cpu_and_off_cpu("app", 7, false))
         .await
         .expect("export");
-    let time = timefmt::compact(T0);
+    let time = utc::compact(T0);
     check_cpu_and_off_cpu_files(
         &dir,
         &format!("app-{time}.pb.gz"),

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use profcol_core::config::{ConfigError, Validate};
-use profcol_core::net::check_endpoint;
+use profcol_core::endpoint::check_endpoint;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -354,7 +354,7 @@ impl Extension for PprofExtension {
         if !heap_profiling_on() {
             tracing::warn!(extension = %ctx.id, "pprof: {}", heap::HeapError::Off);
         }
-        let listener = profcol_core::net::bind_listener(&config.endpoint)
+        let listener = profcol_core::endpoint::bind_listener(&config.endpoint)
             .await
             .map_err(|e| {
                 ComponentError::Fatal(format!("pprof: cannot listen on {}: {e}", config.endpoint))

@@ -149,7 +149,7 @@ struct Live {
 
 impl Live {
     fn start(config: Config) -> Live {
-        let port = profcol_core::net::parse_endpoint(&config.endpoint)
+        let port = profcol_core::endpoint::parse_endpoint(&config.endpoint)
             .expect("endpoint")
             .1;
         let stop = CancellationToken::new();

@@ -1,7 +1,7 @@
 //! The `zpages` extension's config: contrib's keys, with its defaults.
 
 use profcol_core::config::{ConfigError, Validate};
-use profcol_core::net::check_endpoint;
+use profcol_core::endpoint::check_endpoint;
 use serde::Deserialize;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -106,7 +106,7 @@ impl Extension for Zpages {
             );
         }
         let endpoint = &self.config.endpoint;
-        let listener = profcol_core::net::bind_listener(endpoint)
+        let listener = profcol_core::endpoint::bind_listener(endpoint)
             .await
             .map_err(|e| {
                 ComponentError::Fatal(format!("zpages: cannot listen on {endpoint}: {e}"))

@@ -12,7 +12,7 @@
 //!     max_request_body_size: 67108864
 //! ```
 
-use profcol_core::net::check_endpoint;
+use profcol_core::endpoint::check_endpoint;
 
 use std::path::PathBuf;
 

@@ -76,7 +76,7 @@ impl hyper::service::Service<Request<Incoming>> for GrpcEndpoint {
         Box::pin(async move {
             let (mut parts, mut body) = request.into_parts();
             let prepared = endpoint.prepare(&mut parts, &mut body).await;
-            profcol_core::net::discard_rest(body);
+            profcol_core::server::discard_rest(body);
             let (message, _permit) = match prepared {
                 Ok(ready) => ready,
                 Err(status) => return Ok(status.into_http()),

@@ -132,7 +132,7 @@ impl Inner {
         let (parts, mut body) = request.into_parts();
         let outcome = self.export(&parts, &mut body, encoding.clone()).await;
         // A refused request may still be arriving; the client must get to read the answer.
-        profcol_core::net::discard_rest(body);
+        profcol_core::server::discard_rest(body);
         match outcome {
             Ok(encoding) => success(encoding),
             Err(e) => {

@@ -174,7 +174,7 @@ async fn bind(endpoint: &str, protocol: &str) -> Result<TcpListener, ComponentEr
             "otlp receiver: cannot listen on {endpoint} ({protocol}): {e}"
         ))
     };
-    profcol_core::net::bind_listener(endpoint)
+    profcol_core::endpoint::bind_listener(endpoint)
         .await
         .map_err(|e| fatal(&e))
 }

@@ -15,7 +15,7 @@
 //!   interval: 10s
 //! ```
 
-pub(crate) use profcol_core::net::parse_endpoint;
+pub(crate) use profcol_core::endpoint::parse_endpoint;
 
 use std::collections::BTreeMap;
 use std::fmt;

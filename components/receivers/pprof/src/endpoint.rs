@@ -20,7 +20,7 @@ use profcol_core::pdata::semconv;
 use profcol_core::server::{Rejection, read_body, respond};
 use prost::bytes::Bytes;
 
-use crate::form::{param, query_params};
+use crate::query_and_multipart::{param, query_params};
 use crate::{Intake, SCOPE_SERVER, scope, string_kv};
 
 pub const PPROF_PATH: &str = "/v1/pprof";
@@ -138,7 +138,7 @@ impl Endpoint {
         let (parts, mut body) = request.into_parts();
         let outcome = self.inner.accept(route, parts, &mut body, peer).await;
         // A refused request may still be arriving; the client must get to read the answer.
-        profcol_core::net::discard_rest(body);
+        profcol_core::server::discard_rest(body);
         match outcome {
             Ok(()) => route.success(),
             Err(e) => {

@@ -12,9 +12,9 @@ mod config;
 mod delta;
 mod endpoint;
 mod file;
-mod form;
 mod glob;
 mod pyroscope;
+mod query_and_multipart;
 mod scrape;
 
 /// The request decoders, reachable for the fuzz targets in `fuzz/`; not an API.
@@ -204,7 +204,7 @@ async fn bind(endpoint: &str) -> Result<TcpListener, ComponentError> {
     let fatal = |e: &dyn std::fmt::Display| {
         ComponentError::Fatal(format!("pprof receiver: cannot listen on {endpoint}: {e}"))
     };
-    profcol_core::net::bind_listener(endpoint)
+    profcol_core::endpoint::bind_listener(endpoint)
         .await
         .map_err(|e| fatal(&e))
 }

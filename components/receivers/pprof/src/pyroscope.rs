@@ -18,7 +18,7 @@ use prost::Message;
 use std::borrow::Cow;
 
 use crate::endpoint::RequestError;
-use crate::form::{multipart_boundary, param, parse_multipart, query_params};
+use crate::query_and_multipart::{multipart_boundary, param, parse_multipart, query_params};
 use crate::{SCOPE_INGEST, SCOPE_PUSH, scope, string_kv};
 use profcol_core::decode_budget::DecodePermit;
 use profcol_core::jfr::{JFR_DECODE_AMPLIFICATION, JfrOptions, LabelsSnapshot, jfr_to_batch};

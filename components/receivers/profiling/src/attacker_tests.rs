@@ -23,7 +23,7 @@ use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::types::Value;
 
 use crate::elf::ElfFile;
-use crate::process::{MapsPath, parse_maps};
+use crate::procfs::{MapsPath, parse_maps};
 use crate::{Config, Engine, Environment, RawSample, SystemClock};
 
 #[inline(never)]

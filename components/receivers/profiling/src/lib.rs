@@ -1,9 +1,9 @@
 //! `profiling` receiver, user side: raw eBPF CPU samples in, OTLP profiles out.
 //!
-//! The BPF sampler (another crate) hands over [`RawSample`]s and [`ProcessEvent`]s; the
+//! The BPF sampler (`profcol-bpf`, driven by [`bpf_source`]) hands over [`RawSample`]s and [`ProcessEvent`]s; the
 //! [`Engine`] tracks processes ([`process`]), resolves user addresses to (mapping, file
 //! offset), symbolizes on the host ([`symbolize`]: kallsyms, ELF/DWARF through blazesym,
-//! Go's `.gopclntab`) and builds one [`ProfileBatch`] per flush ([`model`]) in the shape
+//! Go's `.gopclntab`) and builds one [`ProfileBatch`] per flush ([`profile_builder`]) in the shape
 //! the OpenTelemetry eBPF profiler emits.
 //!
 //! The engine does no threading of its own besides the symbolizer's: the receiver around
@@ -18,9 +18,10 @@ pub mod config;
 pub mod elf;
 pub mod gopclntab;
 pub mod memory;
-pub mod model;
 pub mod process;
 pub mod process_context;
+pub mod procfs;
+pub mod profile_builder;
 pub mod python;
 pub mod receiver;
 pub mod safe_file;
@@ -39,8 +40,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use profcol_core::pdata::ProfileBatch;
 
 pub use config::{Config, ErrorMode, Filter, NamePattern, ProcessSelector};
-pub use model::{BatchMeta, Frame, ProfileBuilder, SCOPE_NAME, SampleKind, Symbols};
-pub use process::{ProcFs, Process, ProcessTable};
+pub use process::{Process, ProcessTable};
+pub use procfs::ProcFs;
+pub use profile_builder::{BatchMeta, Frame, ProfileBuilder, SCOPE_NAME, SampleKind, Symbols};
 pub use receiver::{
     ProfilingReceiverFactory, SampleSource, SourceError, SourceEvent, SourceOpener,
 };
@@ -650,7 +652,9 @@ impl Engine {
         } else if sample.user_truncated {
             frames.push(Frame::Truncated);
         }
-        let resource = self.builder.resource(model::ResourceInfo::of(process));
+        let resource = self
+            .builder
+            .resource(profile_builder::ResourceInfo::of(process));
         // A sampler that gives no time gets the time the sample was read.
         let time = if sample.time_unix_nano == 0 {
             now
@@ -770,11 +774,11 @@ fn symbolize(symbolizer: &Symbolizer, builder: &ProfileBuilder, procfs: &ProcFs)
         }
     }
     // One request per mapping, in mapping order.
-    let mut by_mapping: HashMap<model::MappingId, Vec<u64>> = HashMap::new();
+    let mut by_mapping: HashMap<profile_builder::MappingId, Vec<u64>> = HashMap::new();
     for (mapping, address) in builder.user_frames() {
         by_mapping.entry(mapping).or_default().push(address);
     }
-    let mut ids: Vec<model::MappingId> = by_mapping.keys().copied().collect();
+    let mut ids: Vec<profile_builder::MappingId> = by_mapping.keys().copied().collect();
     ids.sort_unstable();
     let requests: Vec<symbolize::FileRequest> = ids
         .iter()

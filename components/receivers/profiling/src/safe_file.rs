@@ -523,8 +523,8 @@ mod tests {
         // map_files needs CAP_SYS_ADMIN (or CAP_CHECKPOINT_RESTORE).
         let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
         let exe = std::fs::canonicalize(std::env::current_exe().expect("exe")).expect("exe");
-        let Some(entry) = crate::process::parse_maps(&maps).into_iter().find(|m| {
-            matches!(&m.path, crate::process::MapsPath::File { path, .. } if Path::new(path) == exe)
+        let Some(entry) = crate::procfs::parse_maps(&maps).into_iter().find(|m| {
+            matches!(&m.path, crate::procfs::MapsPath::File { path, .. } if Path::new(path) == exe)
         }) else {
             panic!("our executable is mapped");
         };
@@ -533,7 +533,7 @@ mod tests {
             entry.start, entry.end
         ));
         let mapped = Identity {
-            dev: Some(crate::process::makedev(entry.dev_major, entry.dev_minor)),
+            dev: Some(crate::procfs::makedev(entry.dev_major, entry.dev_minor)),
             inode: entry.inode,
         };
         match VerifiedFile::open(&FileLocation::MapFiles(path), Some(mapped)) {

@@ -669,9 +669,9 @@ pub fn kallsyms_has_addresses(path: &Path) -> bool {
 /// This process's vDSO image, read from `/proc/self/mem`.
 pub fn read_own_vdso() -> Option<Vec<u8>> {
     let maps = fs::read_to_string("/proc/self/maps").ok()?;
-    let vdso = crate::process::parse_maps(&maps)
+    let vdso = crate::procfs::parse_maps(&maps)
         .into_iter()
-        .find(|m| m.path == crate::process::MapsPath::Vdso)?;
+        .find(|m| m.path == crate::procfs::MapsPath::Vdso)?;
     let len = usize::try_from(vdso.end - vdso.start).ok()?;
     let mut mem = fs::File::open("/proc/self/mem").ok()?;
     mem.seek(SeekFrom::Start(vdso.start)).ok()?;
@@ -684,7 +684,8 @@ pub fn read_own_vdso() -> Option<Vec<u8>> {
 mod tests {
     use super::*;
     use crate::config::Filter;
-    use crate::process::{Mapping, ProcFs, ProcessTable};
+    use crate::process::{Mapping, ProcessTable};
+    use crate::procfs::ProcFs;
     use std::borrow::Cow;
     use std::ffi::OsStr;
 

@@ -326,9 +326,9 @@ fn short_lived_process_is_read_lazily_and_kept_through_its_grace_period() {
     for _ in 0..500 {
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        exec = process::parse_maps(&maps).into_iter().find(|m| {
+        exec = procfs::parse_maps(&maps).into_iter().find(|m| {
             m.perms.exec
-                && matches!(&m.path, process::MapsPath::File { path, .. } if path.ends_with("sleep"))
+                && matches!(&m.path, procfs::MapsPath::File { path, .. } if path.ends_with("sleep"))
         });
         if exe.file_name().is_some_and(|n| n == "sleep") && exec.is_some() {
             break;

@@ -15,7 +15,7 @@
 pub mod wire;
 
 use crate::memory::Memory;
-use crate::process::{MapsEntry, MapsPath};
+use crate::procfs::{MapsEntry, MapsPath};
 use profcol_core::pdata::types::KeyValue;
 use wire::{HEADER_LEN, PUBLISHED_AT};
 pub use wire::{MAX_PAYLOAD, WireError};

@@ -1,6 +1,6 @@
 use super::wire::ContextMessage;
 use super::*;
-use crate::process::parse_maps_line;
+use crate::procfs::parse_maps_line;
 use profcol_core::pdata::types::Resource;
 use profcol_core::pdata::types::{AnyValue, Value};
 use prost::Message;

@@ -73,7 +73,7 @@ impl CodeCache {
     /// loaded with `bias`; a stand-in named `<unknown Python code>` when it cannot be read.
     pub fn resolve(
         &mut self,
-        procfs: &crate::process::ProcFs,
+        procfs: &crate::procfs::ProcFs,
         pid: u32,
         interpreter: &Interpreter,
         bias: u64,

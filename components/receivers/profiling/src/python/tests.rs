@@ -343,7 +343,7 @@ fn code_objects_of_a_live_process_are_read_with_names_files_and_lines() {
             .split_whitespace()
             .map(|w| w.parse().unwrap())
             .collect();
-        let memory = crate::process::ProcFs::default()
+        let memory = crate::procfs::ProcFs::default()
             .memory(child.id())
             .expect("mem");
         let sampled = code::Sampled {

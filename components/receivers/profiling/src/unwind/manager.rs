@@ -17,7 +17,8 @@ use profcol_bpf::{MAX_PROCESS_MAPPINGS, MAX_UNWIND_TABLES, UnwindEnd};
 use super::cache::{CacheStats, Lookup, TableCache, TableKey};
 use super::maps::{UnwindMapping, UnwindMaps};
 use crate::elf::ElfFile;
-use crate::process::{FileKey, Mapping, MappingKind, Process, ProcessTable, makedev};
+use crate::process::{FileKey, Mapping, MappingKind, Process, ProcessTable};
+use crate::procfs::makedev;
 use crate::safe_file::{Identity, VerifiedFile};
 
 /// The least time between two loads of one process's mappings.
@@ -363,7 +364,7 @@ impl Unwinder {
     fn mappings_of(
         &mut self,
         process: &Process,
-        procfs: &crate::process::ProcFs,
+        procfs: &crate::procfs::ProcFs,
     ) -> (Vec<UnwindMapping>, Vec<TableKey>, bool) {
         let mut out = Vec::with_capacity(process.mappings.len().min(MAX_PROCESS_MAPPINGS));
         let mut keys = Vec::new();
@@ -465,7 +466,7 @@ fn table_key(m: &Mapping) -> Option<TableKey> {
 }
 
 /// Opens the mapped file, checked to be the very inode mapped (on the builder thread).
-fn opener(m: &Mapping, procfs: &crate::process::ProcFs, pid: u32) -> super::cache::Opener {
+fn opener(m: &Mapping, procfs: &crate::procfs::ProcFs, pid: u32) -> super::cache::Opener {
     let expected = Identity {
         dev: Some(makedev(m.dev_major, m.dev_minor)),
         inode: m.inode,

@@ -15,7 +15,8 @@ use super::walk::{FRAME_EXACT, Rows, walk_copy};
 use super::{UnwindStatus, Unwinder};
 use crate::config::Filter;
 use crate::elf::ElfFile;
-use crate::process::{ProcFs, ProcessTable};
+use crate::process::ProcessTable;
+use crate::procfs::ProcFs;
 
 /// BPF's maps as the unwinder writes them.
 #[derive(Default)]

@@ -222,7 +222,7 @@ fn a_replay_against_a_down_backend_keeps_the_files() {
     let busy = profcol(&["replay", "--config", config_arg]);
     assert_eq!(busy.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&busy.stderr).contains("in use by another profcol"),
+        String::from_utf8_lossy(&busy.stderr).contains("locked by another exporter or process"),
         "{}",
         String::from_utf8_lossy(&busy.stderr)
     );

@@ -41,7 +41,14 @@ pub fn run(configs: &[String], args: Args) -> anyhow::Result<()> {
         .context("starting the runtime")?;
     let reports = runtime.block_on(replay(&config, &registry, &Telemetry::new(), &request))?;
     let mut unfinished = Vec::new();
-    for (id, report) in reports {
+    for (id, outcome) in reports {
+        let report = match outcome {
+            Ok(report) => report,
+            Err(e) => {
+                unfinished.push(format!("{id}: {e}"));
+                continue;
+            }
+        };
         out!(
             "{id}: sent {} batches ({} samples), dropped {}, left {}",
             report.sent_batches,

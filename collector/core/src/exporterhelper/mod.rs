@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tokio_util::sync::CancellationToken;
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 pub use layers::{Backoff, ExportService, MAX_RETRY_AFTER, TimeoutLayer};
 pub use offline::{OfflineCounters, OfflineError, OfflineSettings, OfflineStore, Reachability};
@@ -58,16 +59,29 @@ struct Inner {
     block_on_overflow: bool,
     reachability: Arc<Reachability>,
     offline: Option<Offline>,
+    /// One attempt, without retries: how a probe asks whether the backend is back.
+    single_attempt: layers::Timeout<ExportService>,
+    /// Cancelled once the shutdown deadline has passed: sends still retrying stop, and
+    /// with an offline folder their batches are kept there.
+    stopping: CancellationToken,
 }
 
-/// An exporter's offline mode: its folder, and when it last let a batch probe the backend.
+/// An exporter's offline mode: its folder, when it last probed the backend, and the
+/// replay of the folder running in the background, if any.
 struct Offline {
     store: Arc<OfflineStore>,
     settings: OfflineSettings,
     last_probe: std::sync::Mutex<Option<std::time::Instant>>,
     /// A replay of the folder is running.
     replaying: AtomicBool,
+    replay_task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Cancelled when shutdown starts: a replay stops before its next file or attempt.
+    stop_replay: CancellationToken,
 }
+
+/// How long consumers get, after the shutdown deadline, to put what they hold into the
+/// offline folder.
+const OFFLINE_SPILL_WAIT: Duration = Duration::from_secs(10);
 
 /// The pipelines' handle on one exporter (one per exporter id, shared by every pipeline
 /// that lists it).
@@ -104,14 +118,16 @@ impl ExporterHandle {
         offline: Option<OfflineStore>,
     ) -> Result<Self, String> {
         let reachability = Arc::new(Reachability::default());
+        let attempt = ExportService {
+            exporter: exporter.clone(),
+            durations: counters.send_duration.clone(),
+            reachability: reachability.clone(),
+        };
+        let single_attempt = TimeoutLayer(settings.timeout).layer(attempt.clone());
         let sender = ServiceBuilder::new()
             .retry(Backoff::new(settings.retry.clone()))
             .layer(TimeoutLayer(settings.timeout))
-            .service(ExportService {
-                exporter: exporter.clone(),
-                durations: counters.send_duration.clone(),
-                reachability: reachability.clone(),
-            });
+            .service(attempt);
         let offline = offline.map(|store| {
             let store = Arc::new(store);
             let weak = Arc::downgrade(&store);
@@ -124,6 +140,8 @@ impl ExporterHandle {
                 settings: settings.offline.clone(),
                 last_probe: std::sync::Mutex::new(None),
                 replaying: AtomicBool::new(false),
+                replay_task: std::sync::Mutex::new(None),
+                stop_replay: CancellationToken::new(),
             }
         });
         let q = &settings.queue;
@@ -173,6 +191,8 @@ impl ExporterHandle {
             block_on_overflow: q.block_on_overflow,
             reachability,
             offline,
+            single_attempt,
+            stopping: CancellationToken::new(),
         });
         let consumers = if inner.queue.is_some() {
             (0..q.num_consumers)
@@ -199,9 +219,9 @@ impl ExporterHandle {
         if let Some(offline) = &inner.offline
             && goes_offline(inner, offline)
         {
-            return keep_offline(inner, offline, batch)
-                .await
-                .map_err(ConsumeError::Export);
+            let kept = keep_offline(inner, offline, batch).await;
+            probe_if_due(inner, offline);
+            return kept.map_err(ConsumeError::Export);
         }
         let Some(queue) = &inner.queue else {
             return send(inner, batch).await.map_err(ConsumeError::Export);
@@ -271,20 +291,42 @@ impl ExporterHandle {
     /// Stops taking batches, lets the consumers drain the queue for up to `deadline`, then
     /// shuts the exporter down. A persistent queue keeps what was not sent.
     pub async fn shutdown(&self, deadline: Duration) {
+        let offline = self.inner.offline.as_ref();
+        if let Some(o) = offline {
+            o.stop_replay.cancel();
+        }
         if let Some(q) = &self.inner.queue {
             q.close();
         }
-        let consumers = std::mem::take(&mut *self.consumers.lock().await);
-        let aborts: Vec<_> = consumers
-            .iter()
-            .map(tokio::task::JoinHandle::abort_handle)
-            .collect();
-        let all = futures_join_all(consumers);
-        if tokio::time::timeout(deadline, all).await.is_err() {
+        let mut consumers = std::mem::take(&mut *self.consumers.lock().await);
+        if tokio::time::timeout(deadline, join_in_order(&mut consumers))
+            .await
+            .is_err()
+        {
             let left = self.inner.queue.as_ref().map_or(0, |q| q.len());
             tracing::warn!(exporter = %self.inner.id, left, "shutdown timeout reached with batches unsent");
-            for a in aborts {
-                a.abort();
+            if offline.is_some() {
+                // What consumers hold and what is queued goes to the offline folder.
+                self.inner.stopping.cancel();
+                let _ =
+                    tokio::time::timeout(OFFLINE_SPILL_WAIT, join_in_order(&mut consumers)).await;
+            }
+            for c in &consumers {
+                c.abort();
+            }
+        }
+        if let Some(o) = offline {
+            let task = o
+                .replay_task
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(mut task) = task
+                && tokio::time::timeout(OFFLINE_SPILL_WAIT, &mut task)
+                    .await
+                    .is_err()
+            {
+                task.abort();
             }
         }
         self.spill_to_disk().await;
@@ -344,10 +386,18 @@ impl ExporterHandle {
     /// backend took it (or refused it for good); stops at the first that cannot be sent
     /// for now, which stays. What `profcol replay` runs, on a handle without a queue.
     pub async fn replay_offline(&self) -> ReplayReport {
-        match &self.inner.offline {
-            Some(offline) => replay(&self.inner, offline).await,
-            None => ReplayReport::default(),
+        let Some(offline) = &self.inner.offline else {
+            return ReplayReport::default();
+        };
+        if offline.replaying.swap(true, Ordering::AcqRel) {
+            return ReplayReport {
+                stopped: Some("a replay of this folder is already running".into()),
+                ..ReplayReport::default()
+            };
         }
+        let report = replay(&self.inner, offline, ReplayMode::All).await;
+        offline.replaying.store(false, Ordering::Release);
+        report
     }
 }
 
@@ -365,28 +415,39 @@ pub struct ReplayReport {
     pub stopped: Option<String>,
 }
 
-/// Whether `batch` should go to disk now: always, or after `after` of failed attempts,
-/// except for one batch per probe interval, which tries the backend.
+/// Whether batches go to disk now: always, or once attempts have failed for `after`.
 fn goes_offline(inner: &Inner, offline: &Offline) -> bool {
+    offline.settings.always()
+        || inner
+            .reachability
+            .unreachable_for()
+            .is_some_and(|down_for| down_for >= offline.settings.after)
+}
+
+/// While offline, once per probe interval: one attempt with the folder's oldest batch,
+/// in the background (the pipeline does not wait for it). If the backend takes it, the
+/// rest of the folder follows with `replay_on_recovery`, and new batches are sent again.
+fn probe_if_due(inner: &Arc<Inner>, offline: &Offline) {
     if offline.settings.always() {
-        return true;
+        return;
     }
-    let Some(down_for) = inner.reachability.unreachable_for() else {
-        return false;
-    };
-    if down_for < offline.settings.after {
-        return false;
-    }
-    let mut last = offline
-        .last_probe
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let now = std::time::Instant::now();
-    if last.is_none_or(|t| now.duration_since(t) >= offline.settings.probe_interval) {
+    {
+        let mut last = offline
+            .last_probe
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < offline.settings.probe_interval) {
+            return;
+        }
         *last = Some(now);
-        return false;
     }
-    true
+    let mode = if offline.settings.replay_on_recovery {
+        ReplayMode::ProbeThenAll
+    } else {
+        ReplayMode::ProbeOnly
+    };
+    start_replay(inner, offline, mode);
 }
 
 /// Writes `batch` to the offline folder, off the async workers.
@@ -418,36 +479,79 @@ fn replay_on_recovery(inner: &Arc<Inner>) {
     let Some(offline) = &inner.offline else {
         return;
     };
-    if !offline.settings.replay_on_recovery
-        || offline.settings.always()
-        || offline.store.is_empty()
-        || offline.replaying.swap(true, Ordering::AcqRel)
+    if offline.settings.replay_on_recovery
+        && !offline.settings.always()
+        && !offline.store.is_empty()
     {
+        start_replay(inner, offline, ReplayMode::All);
+    }
+}
+
+/// Runs a replay in the background unless one runs or the exporter is stopping.
+fn start_replay(inner: &Arc<Inner>, offline: &Offline, mode: ReplayMode) {
+    if offline.stop_replay.is_cancelled() || offline.replaying.swap(true, Ordering::AcqRel) {
         return;
     }
-    let inner = inner.clone();
-    tokio::spawn(async move {
+    let task_inner = inner.clone();
+    let task = tokio::spawn(async move {
+        let inner = task_inner;
         let Some(offline) = &inner.offline else {
             return;
         };
-        let report = replay(&inner, offline).await;
+        let report = replay(&inner, offline, mode).await;
         offline.replaying.store(false, Ordering::Release);
-        tracing::info!(exporter = %inner.id, sent_batches = report.sent_batches, sent_samples = report.sent_samples, left_batches = report.left_batches, "the backend answers again; replayed the offline directory");
+        if report.sent_batches > 0 {
+            tracing::info!(exporter = %inner.id, sent_batches = report.sent_batches, sent_samples = report.sent_samples, left_batches = report.left_batches, "the backend answers again; sent batches from the offline directory");
+        }
     });
+    *offline
+        .replay_task
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
 }
 
-async fn replay(inner: &Inner, offline: &Offline) -> ReplayReport {
+/// What a replay sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplayMode {
+    /// Every file, each with retries.
+    All,
+    /// The oldest file, one attempt; then, if it got through, the rest.
+    ProbeThenAll,
+    /// The oldest file, one attempt.
+    ProbeOnly,
+}
+
+async fn replay(inner: &Inner, offline: &Offline, mode: ReplayMode) -> ReplayReport {
     let mut report = ReplayReport::default();
+    let store = offline.store.clone();
+    // Expired files are not sent.
+    let _ = tokio::task::spawn_blocking(move || store.make_room(0)).await;
     let files = offline.store.list();
     let mut left = files.len() as u64;
-    for file in files {
+    let counters = offline.store.counters();
+    for (n, file) in files.into_iter().enumerate() {
+        if offline.stop_replay.is_cancelled() {
+            report.stopped = Some("the exporter is shutting down".into());
+            break;
+        }
+        let probe = n == 0 && mode != ReplayMode::All;
+        if n > 0 && mode == ReplayMode::ProbeOnly {
+            break;
+        }
         let store = offline.store.clone();
         let read = tokio::task::spawn_blocking(move || store.read(&file)).await;
         let batch = match read {
             Ok(Ok(batch)) => batch,
-            Ok(Err(e)) => {
+            Ok(Err(offline::ReadError::Gone)) => {
+                // Made room for newer batches meanwhile (and counted then).
+                offline.store.remove(&file);
+                left -= 1;
+                continue;
+            }
+            Ok(Err(offline::ReadError::Damaged(e))) => {
                 tracing::error!(exporter = %inner.id, error = %e, "dropping an unreadable file from the offline directory");
                 offline.store.remove(&file);
+                counters.dropped.add(file.samples);
                 report.dropped_batches += 1;
                 left -= 1;
                 continue;
@@ -457,12 +561,21 @@ async fn replay(inner: &Inner, offline: &Offline) -> ReplayReport {
                 break;
             }
         };
-        match send_attempts(inner, batch).await {
+        let samples = batch.sample_count() as u64;
+        let attempts = send_attempts(inner, batch, !probe);
+        let sent = tokio::select! {
+            sent = attempts => sent,
+            () = offline.stop_replay.cancelled() => {
+                report.stopped = Some("the exporter is shutting down".into());
+                break;
+            }
+        };
+        match sent {
             Ok(()) => {
                 offline.store.remove(&file);
-                offline.store.counters().replayed.add(file.samples);
+                counters.replayed.add(samples);
                 report.sent_batches += 1;
-                report.sent_samples += file.samples;
+                report.sent_samples += samples;
             }
             Err(e) if e.is_retryable() => {
                 report.stopped = Some(e.to_string());
@@ -471,6 +584,7 @@ async fn replay(inner: &Inner, offline: &Offline) -> ReplayReport {
             Err(e) => {
                 tracing::error!(exporter = %inner.id, error = %e, "the backend refused a batch from the offline directory for good; dropping it");
                 offline.store.remove(&file);
+                counters.dropped.add(samples);
                 report.dropped_batches += 1;
             }
         }
@@ -480,9 +594,12 @@ async fn replay(inner: &Inner, offline: &Offline) -> ReplayReport {
     report
 }
 
-async fn futures_join_all(handles: Vec<tokio::task::JoinHandle<()>>) {
-    for h in handles {
-        let _ = h.await;
+/// Waits for the tasks one after another, dropping each once it ended, so that a wait cut
+/// short leaves exactly the unfinished ones.
+async fn join_in_order(handles: &mut Vec<tokio::task::JoinHandle<()>>) {
+    while let Some(last) = handles.last_mut() {
+        let _ = last.await;
+        handles.pop();
     }
 }
 
@@ -505,7 +622,14 @@ async fn send(inner: &Arc<Inner>, batch: ProfileBatch) -> Result<(), ExportError
     let samples = batch.sample_count() as u64;
     // Kept for the offline folder should every attempt fail (a clone shares the data).
     let kept = inner.offline.as_ref().map(|_| batch.clone());
-    let result = send_attempts(inner, batch).await;
+    let result = match &inner.offline {
+        // Past the shutdown deadline, retries give way to the offline folder.
+        Some(_) => tokio::select! {
+            sent = send_attempts(inner, batch, true) => sent,
+            () = inner.stopping.cancelled() => Err(ExportError::retryable("the exporter is shutting down")),
+        },
+        None => send_attempts(inner, batch, true).await,
+    };
     match (&result, kept, &inner.offline) {
         (Ok(()), ..) => replay_on_recovery(inner),
         (Err(e), Some(batch), Some(offline)) if e.is_retryable() => {
@@ -526,15 +650,22 @@ async fn send(inner: &Arc<Inner>, batch: ProfileBatch) -> Result<(), ExportError
     result
 }
 
-/// The attempts themselves, counting what was sent and how late.
-async fn send_attempts(inner: &Inner, batch: ProfileBatch) -> Result<(), ExportError> {
+/// The attempts themselves (one, or with retries), counting what was sent and how late.
+async fn send_attempts(inner: &Inner, batch: ProfileBatch, retry: bool) -> Result<(), ExportError> {
     let samples = batch.sample_count() as u64;
     let data_times = data_times(&batch);
-    let mut sender = inner.sender.clone();
+    let (mut sender, mut single) = (inner.sender.clone(), inner.single_attempt.clone());
     let attempts = async move {
-        match sender.ready().await {
-            Ok(s) => s.call(batch).await,
-            Err(e) => Err(e),
+        if retry {
+            match sender.ready().await {
+                Ok(s) => s.call(batch).await,
+                Err(e) => Err(e),
+            }
+        } else {
+            match single.ready().await {
+                Ok(s) => s.call(batch).await,
+                Err(e) => Err(e),
+            }
         }
     };
     let result = match CatchUnwind::new(attempts).await {

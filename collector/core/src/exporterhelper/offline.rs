@@ -134,7 +134,7 @@ pub enum OfflineError {
         source: std::io::Error,
     },
     #[error(
-        "offline directory {} is in use by another profcol (its {LOCK_FILE} is locked)",
+        "offline directory {} is locked by another exporter or process (a running profcol holds its exporters' folders: stop it before `profcol replay`, and give each exporter its own)",
         dir.display()
     )]
     Locked { dir: PathBuf },
@@ -199,6 +199,8 @@ pub struct OfflineStore {
     next: AtomicU64,
     index: Mutex<Index>,
     counters: OfflineCounters,
+    /// One write at a time, so that making room and adding the file are one step.
+    writing: Mutex<()>,
     /// Held for its lock.
     _lock: File,
 }
@@ -231,7 +233,7 @@ impl OfflineStore {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
-        super::disk::sweep_temp_files(dir, |n| n.ends_with(".tmp")).map_err(io)?;
+        super::disk::sweep_temp_files(dir, is_own_temp).map_err(io)?;
         let mut files: Vec<StoredBatch> = std::fs::read_dir(dir)
             .map_err(io)?
             .filter_map(Result::ok)
@@ -260,8 +262,12 @@ impl OfflineStore {
                 bytes,
             }),
             counters,
+            writing: Mutex::new(()),
             _lock: lock,
         };
+        // What expired while nothing ran goes now, and a folder over a lowered limit
+        // shrinks.
+        store.make_room(0);
         Ok(store)
     }
 
@@ -300,6 +306,10 @@ impl OfflineStore {
     /// Keeps `batch`, first dropping what is too old and, oldest first, what leaves no
     /// room. A batch larger than the whole folder is dropped itself. Blocking I/O.
     pub fn write(&self, batch: &ProfileBatch) -> std::io::Result<()> {
+        let _one_at_a_time = self
+            .writing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let samples = batch.sample_count() as u64;
         let bytes = batch.encode_to_vec();
         let size = bytes.len() as u64;
@@ -326,8 +336,9 @@ impl OfflineStore {
         Ok(())
     }
 
-    /// Drops files past `max_age`, then the oldest until `incoming` more bytes fit.
-    fn make_room(&self, incoming: u64) {
+    /// Drops files past `max_age` (and, for `incoming` bytes more, the oldest until they
+    /// fit). Blocking I/O.
+    pub fn make_room(&self, incoming: u64) {
         let mut dropped = Vec::new();
         {
             let mut index = self.lock();
@@ -362,13 +373,30 @@ impl OfflineStore {
         }
     }
 
-    /// Reads a stored batch back, bounded like the persistent queue. Blocking I/O.
-    pub fn read(&self, file: &StoredBatch) -> Result<ProfileBatch, String> {
+    /// Reads a stored batch back, bounded like the persistent queue: a file larger than
+    /// the folder's limit (put there by someone else) is refused unread. Blocking I/O.
+    pub fn read(&self, file: &StoredBatch) -> Result<ProfileBatch, ReadError> {
+        use std::io::Read;
         let path = self.path(file.seq, file.samples);
-        let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let failed = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::NotFound => ReadError::Gone,
+            _ => ReadError::Damaged(format!("reading {}: {e}", path.display())),
+        };
+        let size = std::fs::metadata(&path).map_err(failed)?.len();
+        if size > self.max_bytes {
+            return Err(ReadError::Damaged(format!(
+                "{} holds {size} bytes, more than the folder's limit of {}",
+                path.display(),
+                self.max_bytes
+            )));
+        }
+        let mut bytes = Vec::new();
+        File::open(&path)
+            .and_then(|f| f.take(size).read_to_end(&mut bytes))
+            .map_err(failed)?;
         let budget = bytes.len().saturating_mul(STORED_BATCH_AMPLIFICATION);
         ProfileBatch::decode_within(&bytes, budget)
-            .map_err(|e| format!("{} is damaged: {e}", path.display()))
+            .map_err(|e| ReadError::Damaged(format!("{} is damaged: {e}", path.display())))
     }
 
     /// Forgets a stored batch: sent, or unreadable.
@@ -383,10 +411,29 @@ impl OfflineStore {
     }
 }
 
-/// `<seq>-<samples>.binpb` → (seq, samples).
+/// Why a stored batch could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Removed meanwhile (to make room for newer ones, or by hand).
+    Gone,
+    Damaged(String),
+}
+
+/// `<seq>-<samples>.binpb` → (seq, samples), for the names [`OfflineStore::write`] gives
+/// (twenty digits, a dash, digits) only: any other name is not ours to send or remove.
 fn parse_name(name: &str) -> Option<(u64, u64)> {
     let (seq, samples) = name.strip_suffix(SUFFIX)?.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if seq.len() != 20 || !digits(seq) || !digits(samples) || samples.len() > 20 {
+        return None;
+    }
     Some((seq.parse().ok()?, samples.parse().ok()?))
+}
+
+/// The temporary names [`OfflineStore::write`] uses, which a crash may leave.
+fn is_own_temp(name: &str) -> bool {
+    name.strip_suffix(".tmp")
+        .is_some_and(|seq| seq.len() == 20 && seq.bytes().all(|b| b.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -487,19 +534,24 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("00000000000000000001-7.binpb"), b"\xff\xff\xff").expect("write");
         std::fs::write(dir.join("notes.txt"), b"not ours").expect("write");
+        std::fs::write(dir.join("1-7.binpb"), b"not ours").expect("write");
+        std::fs::write(dir.join("mine.tmp"), b"not ours").expect("write");
         std::fs::write(dir.join("00000000000000000009.tmp"), b"half").expect("write");
         let store =
             OfflineStore::open(&dir, 1, Duration::ZERO, OfflineCounters::default()).expect("open");
         let files = store.list();
         assert_eq!(files.len(), 1);
         assert!(
-            store
-                .read(&files[0])
-                .expect_err("damaged")
-                .contains("damaged")
+            matches!(store.read(&files[0]), Err(ReadError::Damaged(m)) if m.contains("damaged"))
         );
         assert!(!dir.join("00000000000000000009.tmp").exists(), "swept");
         assert!(dir.join("notes.txt").exists(), "left alone");
+        assert!(
+            dir.join("1-7.binpb").exists() && dir.join("mine.tmp").exists(),
+            "not ours"
+        );
+        std::fs::remove_file(dir.join("00000000000000000001-7.binpb")).expect("remove");
+        assert!(matches!(store.read(&files[0]), Err(ReadError::Gone)));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

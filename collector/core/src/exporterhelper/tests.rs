@@ -833,9 +833,9 @@ fn start_offline(
         .expect("start")
 }
 
-/// An outage: failed batches, then (past `after`) every batch but one probe per interval,
-/// go to the folder instead of being dropped or tried; once a probe gets through, the
-/// folder is sent in the background, each sample once.
+/// An outage: failed batches, then (past `after`) every batch, go to the folder instead
+/// of being dropped; once per interval the folder's oldest batch probes the backend in
+/// the background; once a probe gets through, the folder is sent, each sample once.
 #[tokio::test]
 async fn an_outage_fills_the_offline_folder_and_recovery_replays_it() {
     let t = Telemetry::new();
@@ -850,10 +850,14 @@ async fn an_outage_fills_the_offline_folder_and_recovery_replays_it() {
         "retried first"
     );
     tokio::time::sleep(Duration::from_millis(150)).await;
-    // Past `after`: the first batch probes (and fails), the next goes straight to disk.
+    // Past `after`: batches go straight to disk; the first starts a probe, which fails.
+    let before = backend.attempts.load(Ordering::SeqCst);
     h.consume(batch(2)).await.expect("kept");
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let attempts = backend.attempts.load(Ordering::SeqCst);
+    assert_eq!(attempts, before + 1, "one probe, one attempt");
     h.consume(batch(3)).await.expect("kept");
+    tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
         backend.attempts.load(Ordering::SeqCst),
         attempts,
@@ -871,7 +875,9 @@ async fn an_outage_fills_the_offline_folder_and_recovery_replays_it() {
 
     backend.down.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(350)).await;
-    h.consume(batch(4)).await.expect("the probe gets through");
+    h.consume(batch(4))
+        .await
+        .expect("kept, and the probe gets through");
     let replayed = async {
         while backend.delivered.load(Ordering::SeqCst) < 10 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -891,7 +897,7 @@ async fn an_outage_fills_the_offline_folder_and_recovery_replays_it() {
             &t,
             "otelcol_exporter_offline_replayed_profile_samples_total"
         ),
-        6
+        10
     );
     assert_eq!(value(&t, "otelcol_exporter_offline_size_bytes"), 0);
     h.shutdown(Duration::from_secs(1)).await;
@@ -943,5 +949,44 @@ async fn always_offline_keeps_everything_for_a_replay() {
     );
     assert_eq!(backend.delivered.load(Ordering::SeqCst), 10);
     assert!(report.stopped.is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Past the shutdown deadline, a batch a consumer is still retrying goes to the offline
+/// folder instead of being lost with the consumer.
+#[tokio::test]
+async fn batches_still_retrying_at_shutdown_are_kept_offline() {
+    let t = Telemetry::new();
+    let dir = offline_scratch("shutdown");
+    let backend = Switchable::new(true);
+    let mut settings = offline_settings(&dir, Duration::from_secs(3600));
+    settings.retry.max_elapsed_time = Duration::from_secs(600);
+    settings.queue = QueueSettings {
+        enabled: true,
+        num_consumers: 1,
+        queue_size: 4,
+        ..QueueSettings::default()
+    };
+    let h = start_offline(&t, backend.clone(), &settings);
+    h.consume(batch(5)).await.expect("queued");
+    h.consume(batch(7)).await.expect("queued");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        backend.attempts.load(Ordering::SeqCst) >= 1,
+        "being retried"
+    );
+    h.shutdown(Duration::from_millis(100)).await;
+    assert_eq!(
+        value(&t, "otelcol_exporter_offline_written_profile_samples_total"),
+        12
+    );
+    assert_eq!(
+        value(&t, "otelcol_exporter_send_failed_profile_samples_total"),
+        0
+    );
+    drop(h);
+    let h = start_offline(&Telemetry::new(), Switchable::new(false), &settings);
+    let report = h.replay_offline().await;
+    assert_eq!((report.sent_batches, report.sent_samples), (2, 12));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -192,6 +192,28 @@ impl Graph {
                 storage: storage.clone(),
             };
             let settings = factory.helper_settings(parsed);
+            if let Some(dir) = &settings.offline.directory {
+                let shared = self
+                    .exporters
+                    .iter()
+                    .find(|(_, node)| node.settings.offline.directory.as_ref() == Some(dir))
+                    .map(|(other, _)| format!("exporter {other}'s offline.directory"))
+                    .or_else(|| {
+                        storage
+                            .iter()
+                            .find(|(_, s)| s == dir)
+                            .map(|(ext, _)| format!("extension {ext}'s directory"))
+                    });
+                if let Some(other) = shared {
+                    return Err(BuildError::new(
+                        id,
+                        format!(
+                            "offline.directory {} is also {other}; give each its own folder",
+                            dir.display()
+                        ),
+                    ));
+                }
+            }
             let storage_dir = match &settings.queue.storage {
                 Some(name) if settings.queue.enabled => {
                     let sid = ComponentId::parse(name).map_err(|e| BuildError::new(id, e))?;
@@ -369,7 +391,8 @@ impl Graph {
             let handle = match started {
                 Ok(handle) => handle,
                 Err(e) => {
-                    // A persistent queue that cannot open: stop what already started.
+                    // A persistent queue or an offline folder that cannot open: stop what
+                    // already started.
                     extensions_stop.cancel();
                     for (started_id, handle) in &handles {
                         handle.shutdown(Duration::ZERO).await;
@@ -465,9 +488,6 @@ impl Graph {
     }
 }
 
-/// Ready once every receiver can take data, bounded, so that a receiver that never says
-/// so cannot keep the collector unready forever. A receiver that returned before saying so
-/// (it failed to start) keeps it unready: its failure is reported instead.
 /// The offline folder `settings` names, opened and locked; None without one.
 pub fn open_offline(
     settings: &OfflineSettings,
@@ -487,6 +507,9 @@ pub fn open_offline(
     .map_err(|e| e.to_string())
 }
 
+/// Ready once every receiver can take data, bounded, so that a receiver that never says
+/// so cannot keep the collector unready forever. A receiver that returned before saying so
+/// (it failed to start) keeps it unready: its failure is reported instead.
 async fn wait_until_ready(
     receivers_started: Vec<tokio::sync::watch::Receiver<bool>>,
     status: &Status,

@@ -12,7 +12,7 @@ mod status;
 pub(crate) use graph::open_offline as open_offline_for_test;
 pub use graph::{Graph, Running};
 pub use load::{CollectorConfig, Pipeline, load};
-pub use replay::{ReplayError, ReplayRequest, replay};
+pub use replay::{ReplayError, ReplayOutcome, ReplayRequest, replay};
 pub use run::{ServiceError, ServiceOptions, run};
 pub use status::{ComponentStatus, Status};
 

@@ -32,20 +32,22 @@ pub struct ReplayRequest {
     pub directory: Option<PathBuf>,
 }
 
-/// Replays as asked, one exporter after another; returns what each did.
+/// What one exporter's replay did, or why it could not run.
+pub type ReplayOutcome = Result<ReplayReport, ReplayError>;
+
+/// Replays as asked, one exporter after another; returns what each did (an exporter that
+/// cannot start does not keep the others from sending).
 pub async fn replay(
     config: &CollectorConfig,
     registry: &Registry,
     telemetry: &Telemetry,
     request: &ReplayRequest,
-) -> Result<Vec<(ComponentId, ReplayReport)>, ReplayError> {
+) -> Result<Vec<(ComponentId, ReplayOutcome)>, ReplayError> {
     let targets = choose(config, registry, request)?;
     let mut reports = Vec::new();
     for (id, dir) in targets {
-        reports.push((
-            id.clone(),
-            replay_one(config, registry, telemetry, &id, &dir).await?,
-        ));
+        let outcome = replay_one(config, registry, telemetry, &id, &dir).await;
+        reports.push((id, outcome));
     }
     Ok(reports)
 }
@@ -123,6 +125,12 @@ async fn replay_one(
     id: &ComponentId,
     dir: &Path,
 ) -> Result<ReplayReport, ReplayError> {
+    if !dir.is_dir() {
+        return Err(ReplayError::Choice(format!(
+            "{} is no folder (nothing to replay into {id})",
+            dir.display()
+        )));
+    }
     let parsed = config
         .config_of(crate::component::Kind::Exporter, id)
         .ok_or_else(|| BuildError::new(id, "not defined under exporters"))?;

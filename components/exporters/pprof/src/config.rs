@@ -127,6 +127,17 @@ impl Validate for Config {
             &self.sending_queue,
         ));
         errors.extend(validate_offline_block(&self.offline));
+        // Offline mode needs an export to mean "the backend took it": only a push of each
+        // batch as it comes is that (a merged interval is taken into memory first, and
+        // files are written whether or not the push succeeds).
+        if self.offline.enabled()
+            && (self.endpoint().is_none() || !self.interval.is_zero() || self.write_files)
+        {
+            errors.push(ConfigError::new(
+                "offline",
+                "needs a push to Pyroscope of each batch as it comes: endpoint set, interval: 0s and write_files: false",
+            ));
+        }
         errors
     }
 }

@@ -1191,3 +1191,24 @@ async fn stale_temp_files_are_swept_at_start_and_files_are_private() {
     assert_eq!(mode(&fresh.join(&written[0])), 0o600);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Offline mode only where an export means "Pyroscope took it": a push of each batch.
+#[test]
+fn offline_needs_a_push_of_each_batch() {
+    let errors = |yaml: &str| -> Vec<String> {
+        parse(yaml)
+            .expect("parses")
+            .validate()
+            .iter()
+            .map(|e| e.path.clone())
+            .collect()
+    };
+    let push = "endpoint: http://pyroscope:4040\nwrite_files: false\ninterval: 0s\noffline:\n  directory: /tmp/o\n";
+    assert!(errors(push).is_empty(), "{:?}", errors(push));
+    let merged = push.replace("interval: 0s", "interval: 60s");
+    assert_eq!(errors(&merged), ["offline"]);
+    assert_eq!(
+        errors("directory: /tmp/p\noffline:\n  directory: /tmp/o\n"),
+        ["offline"]
+    );
+}

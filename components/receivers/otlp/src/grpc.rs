@@ -141,6 +141,12 @@ impl GrpcEndpoint {
             return Ok((bytes, permit));
         }
         if frame.is_none() && encoding == "snappy" {
+            if bytes.first() == Some(&0) {
+                // Sent uncompressed despite the header (allowed): tonic reads it plain.
+                parts.headers.remove("grpc-encoding");
+                self.bytes.add(bytes.len(), bytes.len());
+                return Ok((bytes, permit));
+            }
             // tonic has no snappy; an Export request is one message.
             return Err(Status::unimplemented(
                 "snappy-compressed requests must be one compressed message",

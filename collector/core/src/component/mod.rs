@@ -142,8 +142,10 @@ impl Started {
 
 pub trait ReceiverFactory: Send + Sync + 'static {
     type Config: ComponentConfig;
-    fn type_name(&self) -> &'static str;
-    fn stability(&self) -> Stability;
+    /// The type name configs use (`otlp`, `batch`).
+    const TYPE_NAME: &'static str;
+    /// How settled the component is.
+    const STABILITY: Stability;
     fn create(
         &self,
         config: Self::Config,
@@ -195,8 +197,10 @@ pub trait Processor: Send + 'static {
 
 pub trait ProcessorFactory: Send + Sync + 'static {
     type Config: ComponentConfig;
-    fn type_name(&self) -> &'static str;
-    fn stability(&self) -> Stability;
+    /// The type name configs use (`otlp`, `batch`).
+    const TYPE_NAME: &'static str;
+    /// How settled the component is.
+    const STABILITY: Stability;
     fn create(
         &self,
         config: Self::Config,
@@ -264,8 +268,10 @@ pub trait Exporter: Send + Sync + 'static {
 
 pub trait ExporterFactory: Send + Sync + 'static {
     type Config: ComponentConfig;
-    fn type_name(&self) -> &'static str;
-    fn stability(&self) -> Stability;
+    /// The type name configs use (`otlp`, `batch`).
+    const TYPE_NAME: &'static str;
+    /// How settled the component is.
+    const STABILITY: Stability;
     /// The queue, retry and timeout settings in this config (`timeout`, `retry_on_failure`,
     /// `sending_queue` blocks); defaults for exporters that have none.
     fn helper_settings(&self, config: &Self::Config) -> ExporterHelperSettings;
@@ -308,8 +314,10 @@ pub struct ServiceGraph {
 
 pub trait ExtensionFactory: Send + Sync + 'static {
     type Config: ComponentConfig;
-    fn type_name(&self) -> &'static str;
-    fn stability(&self) -> Stability;
+    /// The type name configs use (`otlp`, `batch`).
+    const TYPE_NAME: &'static str;
+    /// How settled the component is.
+    const STABILITY: Stability;
     fn create(
         &self,
         config: Self::Config,

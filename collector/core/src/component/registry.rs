@@ -55,10 +55,10 @@ macro_rules! erased_factory {
 
         impl<F: $typed> $erased for F {
             fn type_name(&self) -> &'static str {
-                $typed::type_name(self)
+                F::TYPE_NAME
             }
             fn stability(&self) -> Stability {
-                $typed::stability(self)
+                F::STABILITY
             }
             fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
                 parse_and_validate::<F::Config>(value)
@@ -111,10 +111,10 @@ pub trait ErasedExporterFactory: Send + Sync {
 
 impl<F: ExporterFactory> ErasedExporterFactory for F {
     fn type_name(&self) -> &'static str {
-        ExporterFactory::type_name(self)
+        F::TYPE_NAME
     }
     fn stability(&self) -> Stability {
-        ExporterFactory::stability(self)
+        F::STABILITY
     }
     fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
         parse_and_validate::<F::Config>(value)
@@ -174,8 +174,8 @@ impl Registry {
         Self::default()
     }
 
-    pub fn receiver(&mut self, f: impl ReceiverFactory) -> Result<&mut Self, DuplicateType> {
-        let name = ReceiverFactory::type_name(&f);
+    pub fn receiver<F: ReceiverFactory>(&mut self, f: F) -> Result<&mut Self, DuplicateType> {
+        let name = F::TYPE_NAME;
         insert(&mut self.receivers, Kind::Receiver, name, Arc::new(f))?;
         Ok(self)
     }
@@ -192,8 +192,8 @@ impl Registry {
         Ok(self)
     }
 
-    pub fn processor(&mut self, f: impl ProcessorFactory) -> Result<&mut Self, DuplicateType> {
-        let name = ProcessorFactory::type_name(&f);
+    pub fn processor<F: ProcessorFactory>(&mut self, f: F) -> Result<&mut Self, DuplicateType> {
+        let name = F::TYPE_NAME;
         insert(&mut self.processors, Kind::Processor, name, Arc::new(f))?;
         Ok(self)
     }
@@ -209,8 +209,8 @@ impl Registry {
         Ok(self)
     }
 
-    pub fn exporter(&mut self, f: impl ExporterFactory) -> Result<&mut Self, DuplicateType> {
-        let name = ExporterFactory::type_name(&f);
+    pub fn exporter<F: ExporterFactory>(&mut self, f: F) -> Result<&mut Self, DuplicateType> {
+        let name = F::TYPE_NAME;
         insert(&mut self.exporters, Kind::Exporter, name, Arc::new(f))?;
         Ok(self)
     }
@@ -239,8 +239,8 @@ impl Registry {
         self
     }
 
-    pub fn extension(&mut self, f: impl ExtensionFactory) -> Result<&mut Self, DuplicateType> {
-        let name = ExtensionFactory::type_name(&f);
+    pub fn extension<F: ExtensionFactory>(&mut self, f: F) -> Result<&mut Self, DuplicateType> {
+        let name = F::TYPE_NAME;
         insert(&mut self.extensions, Kind::Extension, name, Arc::new(f))?;
         Ok(self)
     }

@@ -380,12 +380,8 @@ mod panicking {
 
     impl ProcessorFactory for PanicFactory {
         type Config = PanicConfig;
-        fn type_name(&self) -> &'static str {
-            "test_panic"
-        }
-        fn stability(&self) -> Stability {
-            Stability::Development
-        }
+        const TYPE_NAME: &'static str = "test_panic";
+        const STABILITY: Stability = Stability::Development;
         fn create(
             &self,
             config: PanicConfig,
@@ -428,12 +424,8 @@ mod panicking {
 
     impl crate::component::ExporterFactory for PanicSinkFactory {
         type Config = PanicConfig;
-        fn type_name(&self) -> &'static str {
-            "test_panic_sink"
-        }
-        fn stability(&self) -> Stability {
-            Stability::Development
-        }
+        const TYPE_NAME: &'static str = "test_panic_sink";
+        const STABILITY: Stability = Stability::Development;
         fn helper_settings(
             &self,
             _: &PanicConfig,
@@ -477,12 +469,8 @@ mod panicking {
 
     impl crate::component::ReceiverFactory for PanicSourceFactory {
         type Config = PanicConfig;
-        fn type_name(&self) -> &'static str {
-            "test_panic_source"
-        }
-        fn stability(&self) -> Stability {
-            Stability::Development
-        }
+        const TYPE_NAME: &'static str = "test_panic_source";
+        const STABILITY: Stability = Stability::Development;
         fn create(
             &self,
             _: PanicConfig,
@@ -743,12 +731,8 @@ struct BrokenFactory;
 
 impl crate::component::ReceiverFactory for BrokenFactory {
     type Config = crate::testkit::SinkConfig;
-    fn type_name(&self) -> &'static str {
-        "test_broken"
-    }
-    fn stability(&self) -> crate::component::Stability {
-        crate::component::Stability::Development
-    }
+    const TYPE_NAME: &'static str = "test_broken";
+    const STABILITY: crate::component::Stability = crate::component::Stability::Development;
     fn create(
         &self,
         _: crate::testkit::SinkConfig,

@@ -32,13 +32,8 @@ pub struct ArrowExporterFactory;
 impl ExporterFactory for ArrowExporterFactory {
     type Config = ArrowExporterConfig;
 
-    fn type_name(&self) -> &'static str {
-        "arrow"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Development
-    }
+    const TYPE_NAME: &'static str = "arrow";
+    const STABILITY: Stability = Stability::Development;
 
     fn helper_settings(&self, config: &ArrowExporterConfig) -> ExporterHelperSettings {
         config.helper_settings()

@@ -52,3 +52,10 @@ pub fn encode_v1_samples(batch: &ProfileBatch) -> Result<Vec<u8>, EncodeError> {
 
 #[cfg(test)]
 mod tests;
+
+profcol_core::component_conformance!(
+    exporter: ArrowExporterFactory,
+    "arrow",
+    Development,
+    default_errors: ["endpoint"]
+);

@@ -27,13 +27,8 @@ pub struct DebugExporterFactory;
 impl ExporterFactory for DebugExporterFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "debug"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Development
-    }
+    const TYPE_NAME: &'static str = "debug";
+    const STABILITY: Stability = Stability::Development;
 
     /// Logging cannot fail, so there is nothing to queue or retry.
     fn helper_settings(&self, _config: &Config) -> ExporterHelperSettings {
@@ -125,3 +120,5 @@ impl Sampler {
 
 #[cfg(test)]
 mod tests;
+
+profcol_core::component_conformance!(exporter: DebugExporterFactory, "debug", Development);

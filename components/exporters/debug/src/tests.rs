@@ -186,17 +186,6 @@ fn testdata_config_parses() {
 }
 
 #[test]
-fn typo_names_its_path() {
-    let e = load("typo.yaml").expect_err("typo");
-    assert_eq!(e.path, "verbosty");
-    assert!(
-        e.message.starts_with("unknown field `verbosty`"),
-        "{}",
-        e.message
-    );
-}
-
-#[test]
 fn defaults_are_otelcols() {
     let c: Config = parse_typed(&profcol_core::config::Value::Null).expect("null");
     assert_eq!(c, Config::default());
@@ -226,9 +215,9 @@ fn helper_settings_have_no_queue_and_no_retry() {
     let s = DebugExporterFactory.helper_settings(&Config::default());
     assert!(!s.queue.enabled);
     assert!(!s.retry.enabled);
-    assert_eq!(DebugExporterFactory.type_name(), "debug");
+    assert_eq!(DebugExporterFactory::TYPE_NAME, "debug");
     assert_eq!(
-        DebugExporterFactory.stability(),
+        DebugExporterFactory::STABILITY,
         profcol_core::component::Stability::Development
     );
 }

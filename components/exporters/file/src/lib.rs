@@ -40,13 +40,8 @@ pub struct FileExporterFactory;
 impl ExporterFactory for FileExporterFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "file"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Alpha
-    }
+    const TYPE_NAME: &'static str = "file";
+    const STABILITY: Stability = Stability::Alpha;
 
     /// otelcol's file exporter has no helper blocks. No queue, so batches are written in
     /// the order they arrive; no timeout, since a write under way cannot be called back
@@ -255,3 +250,5 @@ async fn flush_loop(writer: Weak<Mutex<Option<FileWriter>>>, every: Duration, pa
 
 #[cfg(test)]
 mod tests;
+
+profcol_core::component_conformance!(exporter: FileExporterFactory, "file", Alpha, default_errors: ["path"]);

@@ -40,13 +40,8 @@ pub struct FlamegraphExporterFactory;
 impl ExporterFactory for FlamegraphExporterFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "flamegraph"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Development
-    }
+    const TYPE_NAME: &'static str = "flamegraph";
+    const STABILITY: Stability = Stability::Development;
 
     /// Exports only add to memory: no queue (batches are taken in order) and nothing to
     /// retry.
@@ -234,3 +229,5 @@ impl Exporter for FlamegraphExporter {
 
 #[cfg(test)]
 mod tests;
+
+profcol_core::component_conformance!(exporter: FlamegraphExporterFactory, "flamegraph", Development);

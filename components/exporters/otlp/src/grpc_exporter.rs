@@ -51,13 +51,8 @@ pub struct OtlpExporterFactory;
 impl ExporterFactory for OtlpExporterFactory {
     type Config = OtlpExporterConfig;
 
-    fn type_name(&self) -> &'static str {
-        "otlp"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Alpha
-    }
+    const TYPE_NAME: &'static str = "otlp";
+    const STABILITY: Stability = Stability::Alpha;
 
     fn helper_settings(&self, config: &OtlpExporterConfig) -> ExporterHelperSettings {
         config.helper_settings()

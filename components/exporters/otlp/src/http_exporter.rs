@@ -37,13 +37,8 @@ pub struct OtlpHttpExporterFactory;
 impl ExporterFactory for OtlpHttpExporterFactory {
     type Config = OtlpHttpExporterConfig;
 
-    fn type_name(&self) -> &'static str {
-        "otlphttp"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Alpha
-    }
+    const TYPE_NAME: &'static str = "otlphttp";
+    const STABILITY: Stability = Stability::Alpha;
 
     fn helper_settings(&self, config: &OtlpHttpExporterConfig) -> ExporterHelperSettings {
         config.helper_settings()

@@ -62,13 +62,8 @@ pub struct PprofExporterFactory;
 impl ExporterFactory for PprofExporterFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "pprof"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Alpha
-    }
+    const TYPE_NAME: &'static str = "pprof";
+    const STABILITY: Stability = Stability::Alpha;
 
     fn helper_settings(&self, config: &Config) -> ExporterHelperSettings {
         config.helper_settings()
@@ -597,3 +592,5 @@ impl Exporter for PprofExporter {
 
 #[cfg(test)]
 mod tests;
+
+profcol_core::component_conformance!(exporter: PprofExporterFactory, "pprof", Alpha);

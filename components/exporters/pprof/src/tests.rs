@@ -344,19 +344,6 @@ fn testdata_config_parses() {
 }
 
 #[test]
-fn typo_names_its_path() {
-    let e = load("typo.yaml").expect_err("typo");
-    assert_eq!(e.path, "directroy");
-    assert!(
-        e.message.starts_with("unknown field `directroy`"),
-        "{}",
-        e.message
-    );
-    let e = parse("retry_on_failure:\n  enabeld: false\n").expect_err("typo");
-    assert_eq!(e.path, "retry_on_failure::enabeld");
-}
-
-#[test]
 fn defaults() {
     let c: Config = parse_typed(&profcol_core::config::Value::Null).expect("null");
     assert_eq!(c, Config::default());
@@ -369,8 +356,8 @@ fn defaults() {
     );
     assert_eq!(c.endpoint(), None);
     assert!(c.validate().is_empty());
-    assert_eq!(PprofExporterFactory.type_name(), "pprof");
-    assert_eq!(PprofExporterFactory.stability(), Stability::Alpha);
+    assert_eq!(PprofExporterFactory::TYPE_NAME, "pprof");
+    assert_eq!(PprofExporterFactory::STABILITY, Stability::Alpha);
 }
 
 #[test]

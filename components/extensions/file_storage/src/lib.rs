@@ -71,13 +71,8 @@ pub struct FileStorageFactory;
 impl ExtensionFactory for FileStorageFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "file_storage"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Beta
-    }
+    const TYPE_NAME: &'static str = "file_storage";
+    const STABILITY: Stability = Stability::Beta;
 
     fn create(
         &self,
@@ -137,17 +132,6 @@ mod tests {
         assert_eq!(c.directory, PathBuf::from("/tmp/profcol-state"));
         assert_eq!(c.timeout, Duration::from_secs(2));
         assert!(c.validate().is_empty());
-    }
-
-    #[test]
-    fn typo_names_its_path() {
-        let e = load("typo.yaml").expect_err("typo");
-        assert_eq!(e.path, "directry");
-        assert!(
-            e.message.starts_with("unknown field `directry`"),
-            "{}",
-            e.message
-        );
     }
 
     #[test]
@@ -236,3 +220,5 @@ mod tests {
         let _ = std::fs::remove_dir_all(root);
     }
 }
+
+profcol_core::component_conformance!(extension: FileStorageFactory, "file_storage", Beta);

@@ -59,12 +59,8 @@ pub struct HealthCheckFactory;
 
 impl ExtensionFactory for HealthCheckFactory {
     type Config = Config;
-    fn type_name(&self) -> &'static str {
-        "health_check"
-    }
-    fn stability(&self) -> Stability {
-        Stability::Beta
-    }
+    const TYPE_NAME: &'static str = "health_check";
+    const STABILITY: Stability = Stability::Beta;
     fn create(&self, config: Config, _: &CreateContext) -> Result<Box<dyn Extension>, BuildError> {
         Ok(Box::new(HealthCheck(config)))
     }
@@ -145,8 +141,6 @@ mod tests {
                 path: "/health".into()
             }
         );
-        let e = load("typo.yaml").expect_err("typo");
-        assert_eq!(e.path, "endpont");
         let bad = Config {
             endpoint: "nowhere".into(),
             path: "health".into(),
@@ -227,3 +221,5 @@ mod tests {
             .expect("ok");
     }
 }
+
+profcol_core::component_conformance!(extension: HealthCheckFactory, "health_check", Beta);

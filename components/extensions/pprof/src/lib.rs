@@ -38,13 +38,8 @@ pub struct PprofExtensionFactory;
 impl ExtensionFactory for PprofExtensionFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        TYPE_NAME
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Beta
-    }
+    const TYPE_NAME: &'static str = TYPE_NAME;
+    const STABILITY: Stability = Stability::Beta;
 
     fn create(&self, config: Config, _: &CreateContext) -> Result<Box<dyn Extension>, BuildError> {
         Ok(Box::new(PprofExtension { config }))
@@ -398,3 +393,5 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[cfg(test)]
 mod tests;
+
+profcol_core::component_conformance!(extension: PprofExtensionFactory, "pprof", Beta);

@@ -28,13 +28,8 @@ pub struct ZpagesFactory;
 impl ExtensionFactory for ZpagesFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        TYPE_NAME
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Beta
-    }
+    const TYPE_NAME: &'static str = TYPE_NAME;
+    const STABILITY: Stability = Stability::Beta;
 
     fn create(&self, config: Config, _: &CreateContext) -> Result<Box<dyn Extension>, BuildError> {
         Ok(Box::new(Zpages { config }))
@@ -130,3 +125,5 @@ impl Extension for Zpages {
 
 #[cfg(test)]
 mod tests;
+
+profcol_core::component_conformance!(extension: ZpagesFactory, "zpages", Beta);

@@ -86,17 +86,6 @@ mod tests {
     }
 
     #[test]
-    fn typo_names_its_path() {
-        let e = load("typo.yaml").expect_err("typo");
-        assert_eq!(e.path, "send_batch_sise");
-        assert!(
-            e.message.starts_with("unknown field `send_batch_sise`"),
-            "{}",
-            e.message
-        );
-    }
-
-    #[test]
     fn metadata_keys_are_not_supported() {
         let e = parse("metadata_keys: [tenant]\n").expect_err("unsupported");
         assert_eq!(e.path, "metadata_keys");

@@ -19,13 +19,8 @@ pub struct BatchFactory;
 impl ProcessorFactory for BatchFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "batch"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Beta
-    }
+    const TYPE_NAME: &'static str = "batch";
+    const STABILITY: Stability = Stability::Beta;
 
     fn create(
         &self,
@@ -50,8 +45,6 @@ mod tests {
     #[test]
     fn factory_parses_validates_and_creates() {
         let f = BatchFactory;
-        assert_eq!(ProcessorFactory::type_name(&f), "batch");
-        assert_eq!(ProcessorFactory::stability(&f), Stability::Beta);
         let bad = parse_yaml("t", "send_batch_size: 10\nsend_batch_max_size: 5\n").expect("yaml");
         let errors = ErasedProcessorFactory::parse(&f, &bad)
             .err()
@@ -73,3 +66,5 @@ mod tests {
         );
     }
 }
+
+profcol_core::component_conformance!(processor: BatchFactory, "batch", Beta);

@@ -86,29 +86,6 @@ fn testdata_config_parses_and_compiles() {
 }
 
 #[test]
-fn typo_names_its_path() {
-    let e = load("typo.yaml").expect_err("typo");
-    assert_eq!(e.path, "extract::lables");
-    assert!(
-        e.message.starts_with("unknown field `lables`"),
-        "{}",
-        e.message
-    );
-    let e = parse_typed::<Config>(&parse_yaml("t", "passthrough: sometimes").expect("yaml"))
-        .expect_err("not a bool");
-    assert_eq!(e.path, "passthrough");
-    let e = parse_typed::<Config>(
-        &parse_yaml(
-            "t",
-            "pod_association:\n  - sources:\n      - form: connection\n",
-        )
-        .expect("yaml"),
-    )
-    .expect_err("typo in a source");
-    assert_eq!(e.path, "pod_association[0]::sources[0]::form");
-}
-
-#[test]
 fn every_error_is_reported_with_its_path() {
     let got = errors(
         r#"

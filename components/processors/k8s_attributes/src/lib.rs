@@ -180,13 +180,8 @@ fn sync_failure(
 impl ProcessorFactory for K8sAttributesFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        TYPE_NAME
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Development
-    }
+    const TYPE_NAME: &'static str = TYPE_NAME;
+    const STABILITY: Stability = Stability::Development;
 
     fn create(
         &self,
@@ -229,3 +224,5 @@ impl ProcessorFactory for K8sAttributesFactory {
 #[cfg(test)]
 #[path = "lib_tests.rs"]
 mod tests;
+
+profcol_core::component_conformance!(processor: K8sAttributesFactory, "k8s_attributes", Development);

@@ -50,9 +50,9 @@ fn scratch(name: &str) -> std::path::PathBuf {
 #[tokio::test]
 async fn factory_parses_validates_and_creates_in_passthrough() {
     let f = K8sAttributesFactory;
-    assert_eq!(ProcessorFactory::type_name(&f), "k8s_attributes");
+    assert_eq!(K8sAttributesFactory::TYPE_NAME, "k8s_attributes");
     assert_eq!(ALIAS, "k8sattributes");
-    assert_eq!(ProcessorFactory::stability(&f), Stability::Development);
+    assert_eq!(K8sAttributesFactory::STABILITY, Stability::Development);
     let bad = parse_yaml(
         "t",
         "extract:\n  metadata: [k8s.pod.nam]\npod_association:\n  - sources: []\n",

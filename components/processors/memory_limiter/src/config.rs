@@ -172,17 +172,6 @@ mod tests {
     }
 
     #[test]
-    fn typo_names_its_path() {
-        let e = load("typo.yaml").expect_err("typo");
-        assert_eq!(e.path, "limit_mb");
-        assert!(
-            e.message.starts_with("unknown field `limit_mb`"),
-            "{}",
-            e.message
-        );
-    }
-
-    #[test]
     fn spike_defaults_to_a_fifth_of_the_limit() {
         let c = Config {
             check_interval: Duration::from_secs(1),

@@ -21,13 +21,8 @@ pub struct MemoryLimiterFactory;
 impl ProcessorFactory for MemoryLimiterFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "memory_limiter"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Beta
-    }
+    const TYPE_NAME: &'static str = "memory_limiter";
+    const STABILITY: Stability = Stability::Beta;
 
     fn create(
         &self,
@@ -71,8 +66,6 @@ mod tests {
     #[tokio::test]
     async fn factory_parses_validates_and_creates() {
         let f = MemoryLimiterFactory;
-        assert_eq!(ProcessorFactory::type_name(&f), "memory_limiter");
-        assert_eq!(ProcessorFactory::stability(&f), Stability::Beta);
         let errors = ErasedProcessorFactory::parse(&f, &Value::Null)
             .err()
             .expect("defaults are not enough");
@@ -105,3 +98,5 @@ mod tests {
         );
     }
 }
+
+profcol_core::component_conformance!(processor: MemoryLimiterFactory, "memory_limiter", Beta, default_errors: ["check_interval", ""]);

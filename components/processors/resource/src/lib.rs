@@ -16,13 +16,8 @@ pub struct ResourceFactory;
 impl ProcessorFactory for ResourceFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "resource"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Beta
-    }
+    const TYPE_NAME: &'static str = "resource";
+    const STABILITY: Stability = Stability::Beta;
 
     fn create(
         &self,
@@ -48,8 +43,6 @@ mod tests {
     #[tokio::test]
     async fn factory_parses_validates_and_creates() {
         let f = ResourceFactory;
-        assert_eq!(ProcessorFactory::type_name(&f), "resource");
-        assert_eq!(ProcessorFactory::stability(&f), Stability::Beta);
         let bad =
             parse_yaml("t", "attributes: [{key: a, action: delete, value: 1}]").expect("yaml");
         let errors = ErasedProcessorFactory::parse(&f, &bad)
@@ -76,3 +69,5 @@ mod tests {
         assert_eq!(out, vec![ProfileBatch::empty()]);
     }
 }
+
+profcol_core::component_conformance!(processor: ResourceFactory, "resource", Beta, default_errors: ["attributes"]);

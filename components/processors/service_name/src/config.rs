@@ -91,18 +91,6 @@ mod tests {
     }
 
     #[test]
-    fn typo_names_its_path() {
-        let e = load("typo.yaml").expect_err("typo");
-        assert_eq!(e.path, "from_proces_environment");
-        assert!(
-            e.message
-                .starts_with("unknown field `from_proces_environment`"),
-            "{}",
-            e.message
-        );
-    }
-
-    #[test]
     fn format_is_validated() {
         let c = parse("format: Semconv").expect("parses");
         let errors: Vec<String> = c.validate().iter().map(ToString::to_string).collect();

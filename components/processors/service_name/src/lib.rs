@@ -23,13 +23,8 @@ pub struct ServiceNameFactory;
 impl ProcessorFactory for ServiceNameFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "service_name"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Development
-    }
+    const TYPE_NAME: &'static str = "service_name";
+    const STABILITY: Stability = Stability::Development;
 
     fn create(
         &self,
@@ -59,8 +54,6 @@ mod tests {
     #[tokio::test]
     async fn factory_parses_validates_and_creates() {
         let f = ServiceNameFactory;
-        assert_eq!(ProcessorFactory::type_name(&f), "service_name");
-        assert_eq!(ProcessorFactory::stability(&f), Stability::Development);
         let bad = parse_yaml("t", "format: fancy").expect("yaml");
         let errors = ErasedProcessorFactory::parse(&f, &bad)
             .err()
@@ -85,3 +78,5 @@ mod tests {
         assert_eq!(out, vec![ProfileBatch::empty()]);
     }
 }
+
+profcol_core::component_conformance!(processor: ServiceNameFactory, "service_name", Development);

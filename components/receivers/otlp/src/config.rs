@@ -256,17 +256,6 @@ mod tests {
     }
 
     #[test]
-    fn typo_names_its_path() {
-        let e = load("typo.yaml").expect_err("typo");
-        assert_eq!(e.path, "protocols::grpc::endpoitn");
-        assert!(
-            e.message.starts_with("unknown field `endpoitn`"),
-            "{}",
-            e.message
-        );
-    }
-
-    #[test]
     fn null_protocol_means_enabled_with_defaults() {
         let c = parse("protocols:\n  grpc:\n").expect("valid");
         assert_eq!(c.protocols.grpc, Some(GrpcConfig::default()));

@@ -44,13 +44,8 @@ pub struct OtlpReceiverFactory;
 impl ReceiverFactory for OtlpReceiverFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "otlp"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Alpha
-    }
+    const TYPE_NAME: &'static str = "otlp";
+    const STABILITY: Stability = Stability::Alpha;
 
     fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
         if let Some(e) = config.validate().into_iter().next() {
@@ -227,3 +222,5 @@ pub(crate) async fn validate(data: ProfilesData) -> Result<ProfileBatch, IntakeE
         .map_err(|e| IntakeError::Internal(format!("validation task failed: {e}")))?
         .map_err(IntakeError::Invalid)
 }
+
+profcol_core::component_conformance!(receiver: OtlpReceiverFactory, "otlp", Alpha, default_errors: ["protocols"]);

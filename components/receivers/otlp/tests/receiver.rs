@@ -995,12 +995,3 @@ async fn bad_tls_files_fail_create_with_the_file_name() {
         .expect("bad key");
     assert!(e.to_string().contains("key_file"), "{e}");
 }
-
-#[test]
-fn factory_names() {
-    assert_eq!(OtlpReceiverFactory.type_name(), "otlp");
-    assert_eq!(
-        OtlpReceiverFactory.stability(),
-        profcol_core::component::Stability::Alpha
-    );
-}

@@ -547,17 +547,6 @@ mod tests {
     }
 
     #[test]
-    fn typo_names_its_path() {
-        let e = load("typo.yaml").expect_err("typo");
-        assert_eq!(e.path, "server::endpiont");
-        assert!(
-            e.message.starts_with("unknown field `endpiont`"),
-            "{}",
-            e.message
-        );
-    }
-
-    #[test]
     fn null_modes_mean_defaults() {
         let c = parse("server:\n").expect("valid");
         assert_eq!(c.server, Some(ServerConfig::default()));

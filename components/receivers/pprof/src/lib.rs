@@ -95,13 +95,8 @@ pub struct PprofReceiverFactory;
 impl ReceiverFactory for PprofReceiverFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "pprof"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Alpha
-    }
+    const TYPE_NAME: &'static str = "pprof";
+    const STABILITY: Stability = Stability::Alpha;
 
     fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
         if let Some(e) = config.validate().into_iter().next() {
@@ -261,3 +256,5 @@ pub(crate) fn scope(name: &str, attributes: Vec<KeyValue>) -> InstrumentationSco
         ..Default::default()
     }
 }
+
+profcol_core::component_conformance!(receiver: PprofReceiverFactory, "pprof", Alpha, default_errors: [""]);

@@ -825,15 +825,6 @@ mod tests {
     }
 
     #[test]
-    fn typo_names_its_path() {
-        let e = load("typo.yaml").expect_err("typo");
-        assert_eq!(e.path, "include::executable_name");
-        assert!(e.message.starts_with("unknown field `executable_name`, expected one of `pids`, `executable_names`, `container_ids`"), "{}", e.message);
-        let e = parse("sample_per_second: 20\n").expect_err("typo");
-        assert_eq!(e.path, "sample_per_second");
-    }
-
-    #[test]
     fn bad_regex_is_a_parse_error_with_its_path() {
         let e =
             parse("exclude:\n  executable_names: [\"ok\", \"(unclosed\"]\n").expect_err("regex");

@@ -846,3 +846,9 @@ fn user_address(index: usize, frame: u64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+profcol_core::component_conformance!(
+    receiver: ProfilingReceiverFactory::new(bpf_source::BpfOpener),
+    "profiling",
+    Development
+);

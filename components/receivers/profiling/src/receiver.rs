@@ -155,13 +155,8 @@ impl ProfilingReceiverFactory {
 impl ReceiverFactory for ProfilingReceiverFactory {
     type Config = Config;
 
-    fn type_name(&self) -> &'static str {
-        "profiling"
-    }
-
-    fn stability(&self) -> Stability {
-        Stability::Development
-    }
+    const TYPE_NAME: &'static str = "profiling";
+    const STABILITY: Stability = Stability::Development;
 
     fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
         if let Some(e) = config.validate().into_iter().next() {
@@ -711,7 +706,6 @@ mod tests {
             Ok(Box::new(FakeSource) as Box<dyn SampleSource>)
         })
         .with_environment(environment);
-        assert_eq!(factory.type_name(), "profiling");
         let config = Config {
             reporter_interval: Duration::from_millis(200),
             symbolize: false,

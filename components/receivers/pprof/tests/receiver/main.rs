@@ -287,15 +287,6 @@ pub async fn post(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: 
     call(addr, http::Method::POST, path, headers, body).await
 }
 
-#[test]
-fn factory_names() {
-    assert_eq!(PprofReceiverFactory.type_name(), "pprof");
-    assert_eq!(
-        PprofReceiverFactory.stability(),
-        profcol_core::component::Stability::Alpha
-    );
-}
-
 #[tokio::test]
 async fn invalid_config_fails_create_with_its_path() {
     let result = PprofReceiverFactory.create(

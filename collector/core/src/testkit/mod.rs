@@ -3,6 +3,8 @@
 //! processor that tags resources, one that holds batches until shutdown, and a sink that
 //! records what reaches it.
 
+pub mod conformance;
+
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -178,12 +180,8 @@ pub struct SourceFactory;
 
 impl ReceiverFactory for SourceFactory {
     type Config = SourceConfig;
-    fn type_name(&self) -> &'static str {
-        "test_source"
-    }
-    fn stability(&self) -> Stability {
-        Stability::Development
-    }
+    const TYPE_NAME: &'static str = "test_source";
+    const STABILITY: Stability = Stability::Development;
     fn create(
         &self,
         config: SourceConfig,
@@ -242,12 +240,8 @@ pub struct TagFactory;
 
 impl ProcessorFactory for TagFactory {
     type Config = TagConfig;
-    fn type_name(&self) -> &'static str {
-        "test_tag"
-    }
-    fn stability(&self) -> Stability {
-        Stability::Development
-    }
+    const TYPE_NAME: &'static str = "test_tag";
+    const STABILITY: Stability = Stability::Development;
     fn create(
         &self,
         config: TagConfig,
@@ -287,12 +281,8 @@ pub struct HoldFactory;
 
 impl ProcessorFactory for HoldFactory {
     type Config = HoldConfig;
-    fn type_name(&self) -> &'static str {
-        "test_hold"
-    }
-    fn stability(&self) -> Stability {
-        Stability::Development
-    }
+    const TYPE_NAME: &'static str = "test_hold";
+    const STABILITY: Stability = Stability::Development;
     fn create(
         &self,
         _: HoldConfig,
@@ -350,12 +340,8 @@ pub struct SinkFactory;
 
 impl ExporterFactory for SinkFactory {
     type Config = SinkConfig;
-    fn type_name(&self) -> &'static str {
-        "test_sink"
-    }
-    fn stability(&self) -> Stability {
-        Stability::Development
-    }
+    const TYPE_NAME: &'static str = "test_sink";
+    const STABILITY: Stability = Stability::Development;
     fn helper_settings(&self, _: &SinkConfig) -> ExporterHelperSettings {
         ExporterHelperSettings {
             queue: QueueSettings {

@@ -452,6 +452,8 @@ fn wire_size_measures_every_encoding_of_the_recorded_corpus() {
     // Compression helps, and the uncompressed OTLP is exactly the recorded batches.
     assert!(bytes(&recorded, "OTLP + zstd-3") < bytes(&recorded, "OTLP protobuf") / 2.0);
     assert!(bytes(&recorded, "OTLP + gzip-1") < bytes(&recorded, "OTLP protobuf") / 2.0);
+    assert!(bytes(&recorded, "OTLP + snappy") < bytes(&recorded, "OTLP protobuf"));
+    assert!(bytes(&recorded, "OTLP + zstd-3") < bytes(&recorded, "OTLP + snappy"));
     assert!(bytes(&recorded, "Arrow v2 + zstd") < bytes(&recorded, "Arrow v2 + lz4"));
     assert!(bytes(&recorded, "Arrow v2 + lz4") < bytes(&recorded, "Arrow v2"));
     // Merging six records into one batch sends the same samples in fewer, cheaper requests.

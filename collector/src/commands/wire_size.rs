@@ -1,6 +1,6 @@
 //! `profcol wire-size FILE`: how many bytes one corpus takes on the wire in each encoding the
 //! exporters speak, batch by batch as they would send it: OTLP protobuf (none, gzip level 1,
-//! zstd level 3, as the `otlp` exporters compress) and Parca's Arrow v2 (none, lz4, zstd, as
+//! zstd level 3, snappy, as the `otlp` exporters compress) and Parca's Arrow v2 (none, lz4, zstd, as
 //! the `arrow` exporter writes it).
 
 use std::io::Read;
@@ -109,14 +109,16 @@ struct Sizes {
     /// timestamps counted): what "bytes per sample" divides by, as for Parca's agent,
     /// whose rows are one sample each.
     samples: u64,
-    otlp: [usize; 3],
+    otlp: [usize; 4],
     arrow: [usize; 3],
 }
 
-const OTLP: [(&str, OtlpCompression); 3] = [
+const OTLP: [(&str, OtlpCompression); 4] = [
     ("OTLP protobuf", OtlpCompression::None),
     ("OTLP + gzip-1", OtlpCompression::Gzip),
     ("OTLP + zstd-3", OtlpCompression::Zstd),
+    // A raw block, as otlphttp sends `snappy`; gRPC's framing adds a few bytes per 64 KiB.
+    ("OTLP + snappy", OtlpCompression::Snappy),
 ];
 const ARROW: [(&str, ArrowCompression); 3] = [
     ("Arrow v2", ArrowCompression::None),

@@ -36,6 +36,7 @@ use profcol_core::pdata::codec::gzip_fast;
 use profcol_core::pdata::pprof::{PprofError, ToPprofOptions, batch_to_pprof};
 use profcol_core::pdata::types::{KeyValue, Value};
 use profcol_core::pdata::{ProfileBatch, semconv};
+use profcol_core::telemetry::WireBytes;
 use profcol_core::utc;
 
 pub use config::{Config, DEFAULT_FILE_NAME, DEFAULT_MAX_FILES, DEFAULT_MAX_SERVICES};
@@ -87,6 +88,8 @@ pub(crate) struct Output {
     pub end_nanos: u64,
     pub labels: std::collections::BTreeMap<String, String>,
     pub gz: Bytes,
+    /// The pprof's length before gzip.
+    pub plain_len: usize,
     /// Identifies the content, for remembering what a failed attempt delivered.
     pub key: u64,
 }
@@ -182,6 +185,7 @@ pub(crate) fn outputs(
             start_nanos,
             end_nanos,
             gz: Bytes::from(gzip_fast(&encoded)),
+            plain_len: encoded.len(),
             key: hasher.finish(),
             service,
         });
@@ -259,7 +263,12 @@ impl PprofExporter {
             None
         };
         let pusher = match config.endpoint() {
-            Some(endpoint) => Some(Pusher::new(endpoint, &config.headers, config.timeout)?),
+            Some(endpoint) => Some(Pusher::new(
+                endpoint,
+                &config.headers,
+                config.timeout,
+                WireBytes::sent(telemetry, id),
+            )?),
             None => None,
         };
         if config.write_files {
@@ -363,6 +372,7 @@ impl Inner {
                 from: output.start_nanos / 1_000_000_000,
                 until: output.end_nanos / 1_000_000_000,
                 body: output.gz.clone(),
+                plain_len: output.plain_len,
             })
             .await
     }

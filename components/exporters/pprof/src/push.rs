@@ -18,6 +18,7 @@ use hyper_util::rt::TokioExecutor;
 use profcol_core::component::ExportError;
 use profcol_core::config::ConfigError;
 use profcol_core::pdata::types::{KeyValue, Value};
+use profcol_core::telemetry::WireBytes;
 
 /// Sent as `spyName`.
 pub const SPY_NAME: &str = "profcol";
@@ -100,6 +101,8 @@ pub(crate) struct Push {
     pub until: u64,
     /// The gzipped pprof.
     pub body: Bytes,
+    /// The pprof's length before gzip.
+    pub plain_len: usize,
 }
 
 impl Push {
@@ -208,6 +211,7 @@ pub(crate) struct Pusher {
     endpoint: Endpoint,
     headers: HeaderMap,
     timeout: Duration,
+    bytes: WireBytes,
 }
 
 impl Pusher {
@@ -215,6 +219,7 @@ impl Pusher {
         endpoint: &str,
         configured: &BTreeMap<String, String>,
         timeout: Duration,
+        bytes: WireBytes,
     ) -> Result<Self, String> {
         let endpoint = Endpoint::parse(endpoint)?;
         let configured = header_map(configured).map_err(|errors| {
@@ -257,6 +262,7 @@ impl Pusher {
             endpoint,
             headers,
             timeout,
+            bytes,
         })
     }
 
@@ -292,6 +298,8 @@ impl Pusher {
                 profcol_core::errors::error_chain(&e)
             ))
         })?;
+        // The body went out whole: Pyroscope answered.
+        self.bytes.add(push.body.len(), push.plain_len);
         let status = response.status();
         if status.is_success() {
             return Ok(());
@@ -407,6 +415,7 @@ mod tests {
             from: 10,
             until: 20,
             body: Bytes::new(),
+            plain_len: 0,
         };
         assert_eq!(
             push.query(),
@@ -424,6 +433,7 @@ mod tests {
             from: 1,
             until: 2,
             body: Bytes::new(),
+            plain_len: 0,
         };
         let query = push.query();
         let name = query

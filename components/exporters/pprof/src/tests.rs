@@ -110,11 +110,15 @@ fn config(dir: &Path) -> Config {
 }
 
 fn create(config: Config) -> Box<dyn Exporter> {
+    create_with(config, &Telemetry::new())
+}
+
+fn create_with(config: Config, telemetry: &Telemetry) -> Box<dyn Exporter> {
     let errors = config.validate();
     assert!(errors.is_empty(), "{errors:?}");
     let ctx = CreateContext {
         id: ComponentId::new("pprof", None),
-        telemetry: Telemetry::new(),
+        telemetry: telemetry.clone(),
         storage: Default::default(),
     };
     PprofExporterFactory.create(config, &ctx).expect("create")
@@ -905,14 +909,28 @@ fn push_config(dir: &Path, server: &Ingest) -> Config {
 async fn push_sends_the_name_labels_window_and_a_gzipped_pprof() {
     let dir = scratch("push");
     let server = ingest_server().await;
-    let exporter = create(Config {
-        write_files: false,
-        ..push_config(&dir, &server)
-    });
+    let telemetry = Telemetry::new();
+    let exporter = create_with(
+        Config {
+            write_files: false,
+            ..push_config(&dir, &server)
+        },
+        &telemetry,
+    );
     exporter.export(go_cpu("cart")).await.expect("export");
     let got = server.take();
     assert_eq!(got.len(), 1);
     let r = &got[0];
+    // What went on the wire is the body Pyroscope got; before gzip, the pprof itself.
+    let counted = |name| telemetry.value(name, &[("exporter", "pprof")]);
+    assert_eq!(
+        counted("otelcol_exporter_sent_wire_bytes_total"),
+        i64::try_from(r.body.len()).ok()
+    );
+    assert_eq!(
+        counted("otelcol_exporter_sent_uncompressed_bytes_total"),
+        i64::try_from(gunzip(&r.body).len()).ok()
+    );
     assert_eq!(r.path, "/ingest");
     assert_eq!(
         r.query.get("name").map(String::as_str),

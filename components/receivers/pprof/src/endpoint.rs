@@ -18,6 +18,7 @@ use profcol_core::pdata::codec::{DecodeError, is_gzip, maybe_gunzip_reserving};
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
 use profcol_core::pdata::semconv;
 use profcol_core::server::{Rejection, read_body, respond};
+use profcol_core::telemetry::WireBytes;
 use prost::bytes::Bytes;
 
 use crate::query_and_multipart::{param, query_params};
@@ -113,15 +114,22 @@ struct Inner {
     intake: Intake,
     limit: usize,
     budget: DecodeBudget,
+    bytes: WireBytes,
 }
 
 impl Endpoint {
-    pub(crate) fn new(intake: Intake, limit: usize, budget: DecodeBudget) -> Self {
+    pub(crate) fn new(
+        intake: Intake,
+        limit: usize,
+        budget: DecodeBudget,
+        bytes: WireBytes,
+    ) -> Self {
         Endpoint {
             inner: Arc::new(Inner {
                 intake,
                 limit,
                 budget,
+                bytes,
             }),
         }
     }
@@ -181,8 +189,9 @@ impl Inner {
             .map_err(RequestError::Refused)?;
         let body = read_body(&parts.headers, body, limit).await?;
         permit.cover(body.len()).map_err(RequestError::Refused)?;
+        let bytes = self.bytes.clone();
         let (batch, permit) = tokio::task::spawn_blocking(move || {
-            let batch = decode_request(route, &parts, &body, gzipped, limit, &mut permit);
+            let batch = decode_request(route, &parts, &body, gzipped, limit, &mut permit, &bytes);
             (batch, permit)
         })
         .await
@@ -204,8 +213,12 @@ fn decode_request(
     gzipped: bool,
     limit: usize,
     permit: &mut DecodePermit,
+    bytes: &WireBytes,
 ) -> Result<Option<ProfileBatch>, RequestError> {
     let plain = decompress(body, gzipped, limit, permit)?;
+    // As the request came, and after its Content-Encoding (parts a form gzips on their
+    // own are decompressed later, as profiles are).
+    bytes.add(body.len(), plain.len());
     permit.cover(plain.len()).map_err(RequestError::Refused)?;
     match route {
         Route::Pprof => pprof(&parts.uri, &parts.headers, &plain, limit, permit).map(Some),

@@ -157,7 +157,12 @@ impl Receiver for PprofReceiver {
         ctx.started.ready();
         let serving = async {
             if let Some((tcp, limit, budget)) = server {
-                let endpoint = endpoint::Endpoint::new(intake.clone(), limit, budget);
+                let bytes = profcol_core::telemetry::WireBytes::received(
+                    &ctx.telemetry,
+                    &ctx.id.to_string(),
+                    "http",
+                );
+                let endpoint = endpoint::Endpoint::new(intake.clone(), limit, budget, bytes);
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     let endpoint = endpoint.clone();
                     async move {

@@ -43,6 +43,7 @@ fn addr(r: &Running) -> std::net::SocketAddr {
 #[tokio::test]
 async fn pprof_gzipped_and_plain_bodies_are_204_and_delivered() {
     let mut r = server(8).await;
+    let (mut wire, mut plain_total) = (0, 0);
     for name in ["go-cpu.pb.gz", "go-heap.pb.gz", "node-wall.pb.gz"] {
         let expected = fixture_samples(name);
         let gzip_header = [("content-encoding", "gzip")];
@@ -56,6 +57,13 @@ async fn pprof_gzipped_and_plain_bodies_are_204_and_delivered() {
             ),
         ];
         for (how, body, headers) in bodies {
+            wire += body.len() as i64;
+            // Only a Content-Encoding is undone before counting; a gzipped pprof is data.
+            plain_total += if headers.is_empty() {
+                body.len()
+            } else {
+                plain(name).len()
+            } as i64;
             let reply = post(addr(&r), "/v1/pprof", headers, body).await;
             assert_eq!(reply.status, 204, "{name} {how}: {}", reply.text());
             let batch = r.next_batch().await;
@@ -65,6 +73,18 @@ async fn pprof_gzipped_and_plain_bodies_are_204_and_delivered() {
             assert!(batch.client().and_then(|c| c.addr).is_some());
         }
     }
+    let labels = [("transport", "http")];
+    assert_eq!(
+        r.counter("otelcol_receiver_received_wire_bytes_total", &labels),
+        wire
+    );
+    assert_eq!(
+        r.counter(
+            "otelcol_receiver_received_uncompressed_bytes_total",
+            &labels
+        ),
+        plain_total
+    );
     // Sample types, period and time as in the pprof.
     let reply = post(addr(&r), "/v1/pprof", &[], fixture("go-cpu.pb.gz")).await;
     assert_eq!(reply.status, 204);

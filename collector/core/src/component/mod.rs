@@ -5,6 +5,7 @@
 //! step ([`crate::config::Validate`]) and a create step. Components never count what they
 //! pass on: the framework counts at every edge.
 
+mod conformance;
 mod id;
 pub(crate) mod output;
 pub mod registry;

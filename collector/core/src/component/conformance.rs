@@ -1,0 +1,65 @@
+//! [`component_conformance!`](crate::component_conformance), defined whatever the
+//! features, so that a component's `lib.rs` may invoke it in every build: what it
+//! expands to is compiled in tests only, where `profcol-core`'s `testkit` feature (a
+//! dev-dependency of every component) provides the checks.
+
+/// Generates a `component_conformance` test module in a component crate:
+///
+/// ```ignore
+/// profcol_core::component_conformance!(processor: BatchProcessorFactory, "batch", Beta);
+/// profcol_core::component_conformance!(exporter: OtlpExporterFactory, "otlp", Alpha, default_errors: ["endpoint"]);
+/// // A second factory in the same crate names its module:
+/// profcol_core::component_conformance!(mod otlphttp_conformance; exporter: OtlpHttpExporterFactory, "otlphttp", Alpha);
+/// ```
+///
+/// The crate needs `profcol-core` with the `testkit` feature among its dev-dependencies.
+#[macro_export]
+macro_rules! component_conformance {
+    ($kind:ident: $factory:expr, $($rest:tt)*) => {
+        $crate::component_conformance!(mod component_conformance; $kind: $factory, $($rest)*);
+    };
+    (mod $module:ident; $kind:ident: $factory:expr, $type_name:literal, $stability:ident $(, default_errors: [$($error:literal),* $(,)?])? $(,)?) => {
+        #[cfg(test)]
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::testkit::conformance::Conformance;
+
+            fn registry() -> $crate::component::Registry {
+                let mut registry = $crate::component::Registry::new();
+                registry.$kind($factory).expect("one factory registers");
+                registry
+            }
+
+            fn spec() -> Conformance {
+                Conformance {
+                    kind: $crate::testkit::conformance::kind(stringify!($kind)),
+                    type_name: $type_name,
+                    stability: $crate::component::Stability::$stability,
+                    dir: env!("CARGO_MANIFEST_DIR"),
+                    default_errors: &[$($($error),*)?],
+                }
+            }
+
+            #[test]
+            fn names_kind_and_stability() {
+                spec().names(&registry());
+            }
+
+            #[test]
+            fn default_config() {
+                spec().default_config(&registry());
+            }
+
+            #[test]
+            fn testdata_config_is_valid() {
+                spec().testdata_config(&registry());
+            }
+
+            #[test]
+            fn typo_is_refused_at_its_key() {
+                spec().typo(&registry());
+            }
+        }
+    };
+}

@@ -268,6 +268,35 @@ fn decode(
     }
 }
 
+/// [`decode`] as the server calls it, for [`crate::fuzzing`].
+pub(crate) fn decode_for_fuzzing(
+    content_encoding: &str,
+    json: bool,
+    body: &[u8],
+    limit: usize,
+) -> Result<ProfileBatch, String> {
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = http::HeaderValue::from_str(content_encoding) {
+        headers.insert(CONTENT_ENCODING, value);
+    }
+    let coding = content_coding(&headers).map_err(|e| e.to_string())?;
+    let encoding = if json {
+        Encoding::Json
+    } else {
+        Encoding::Protobuf
+    };
+    let mut permit = profcol_core::decode_budget::DecodeBudget::new(64).permit();
+    decode(
+        body,
+        coding,
+        encoding,
+        limit,
+        &mut permit,
+        &WireBytes::detached(),
+    )
+    .map_err(|e| e.to_string())
+}
+
 fn success(encoding: Encoding) -> Response<Full<Bytes>> {
     let response = ExportProfilesServiceResponse::default();
     let body = match encoding {

@@ -13,6 +13,21 @@ mod http;
 mod status;
 mod tls;
 
+/// The HTTP body decoder, reachable for the fuzz targets in `fuzz/`; not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Decodes a body sent with `content_encoding` (as the header says it) and protobuf or
+    /// JSON as the server does, within `limit` decompressed bytes.
+    pub fn http_body(
+        content_encoding: &str,
+        json: bool,
+        body: &[u8],
+        limit: usize,
+    ) -> Result<profcol_core::pdata::ProfileBatch, String> {
+        crate::http::decode_for_fuzzing(content_encoding, json, body, limit)
+    }
+}
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

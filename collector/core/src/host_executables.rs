@@ -1,5 +1,6 @@
-//! Where executables seen on this host can be read, by build id: a small, bounded,
-//! process-wide registry.
+//! Where executables seen on this host can be read, by build id: a small, bounded
+//! registry, one per service, that components reach through their
+//! [`Host`](crate::component::Host).
 //!
 //! A receiver that reads the processes of this host (the eBPF `profiling` receiver)
 //! records, for each mapped file whose build id it read, the paths through which that very
@@ -14,8 +15,9 @@
 //! alive, and `/proc/<pid>` paths die with their process).
 //!
 //! The files behind these paths belong to whoever runs the process, and this process may
-//! be root: open them only with [`open`], never with a plain `File::open`. The recording
-//! receiver installs the opener ([`set_opener`]) that knows how its paths must be opened
+//! be root: open them only with [`Registry::open`], never with a plain `File::open`. The
+//! recording receiver installs the opener ([`Registry::set_opener`]) that knows how its
+//! paths must be opened
 //! (the `profiling` receiver: `O_PATH` probe, `O_NOFOLLOW | O_NONBLOCK`, `fstat` checks,
 //! `openat2(RESOLVE_IN_ROOT)` under `/proc/<pid>/root`); the [`HostFile`] it gives is
 //! read by offset and never past the size it had when opened, so what is hashed, checked
@@ -33,10 +35,11 @@ pub const CAPACITY: usize = 4096;
 /// Paths remembered per build id at most.
 pub const PATHS_PER_ID: usize = 4;
 
-/// The registry; [`global`] is the one every component of the process shares.
+/// The registry: paths by build id, and the opener they must be opened with.
 #[derive(Debug, Default)]
 pub struct Registry {
     inner: Mutex<Inner>,
+    opener: OnceLock<Opener>,
 }
 
 #[derive(Debug, Default)]
@@ -108,14 +111,30 @@ impl Registry {
 /// Opens one recorded path, checked, giving the file and its size then.
 pub type Opener = fn(&Path) -> io::Result<(File, u64)>;
 
-static OPENER: OnceLock<Opener> = OnceLock::new();
+impl Registry {
+    /// Installs the opener [`Registry::open`] uses (the first one installed stays).
+    pub fn set_opener(&self, opener: Opener) {
+        let _ = self.opener.set(opener);
+    }
 
-/// Installs the opener [`open`] uses (the first one installed stays).
-pub fn set_opener(opener: Opener) {
-    let _ = OPENER.set(opener);
+    /// Opens a path recorded here with the installed opener. Without one (no recording
+    /// receiver in this service), the path opens only if it is a regular file, not a
+    /// link, and the file opened is the inode `lstat` saw (a weaker check: std alone has
+    /// no `O_NOFOLLOW`/`O_NONBLOCK`).
+    pub fn open(&self, path: &Path) -> io::Result<HostFile> {
+        let (file, size) = match self.opener.get() {
+            Some(opener) => opener(path)?,
+            None => open_plain(path)?,
+        };
+        Ok(HostFile {
+            path: path.to_path_buf(),
+            file,
+            size,
+        })
+    }
 }
 
-/// A recorded file, opened by [`open`].
+/// A recorded file, opened by [`Registry::open`].
 #[derive(Debug)]
 pub struct HostFile {
     /// The path it was opened through.
@@ -138,22 +157,6 @@ impl HostFile {
     }
 }
 
-/// Opens a path recorded here with the installed opener. Without one (no recording
-/// receiver in this process), the path opens only if it is a regular file, not a link,
-/// and the file opened is the inode `lstat` saw (a weaker check: std alone has no
-/// `O_NOFOLLOW`/`O_NONBLOCK`).
-pub fn open(path: &Path) -> io::Result<HostFile> {
-    let (file, size) = match OPENER.get() {
-        Some(opener) => opener(path)?,
-        None => open_plain(path)?,
-    };
-    Ok(HostFile {
-        path: path.to_path_buf(),
-        file,
-        size,
-    })
-}
-
 fn open_plain(path: &Path) -> io::Result<(File, u64)> {
     let seen = std::fs::symlink_metadata(path)?;
     if !seen.file_type().is_file() {
@@ -171,22 +174,6 @@ fn open_plain(path: &Path) -> io::Result<(File, u64)> {
         ));
     }
     Ok((file, opened.len()))
-}
-
-/// The process-wide registry.
-pub fn global() -> &'static Registry {
-    static GLOBAL: OnceLock<Registry> = OnceLock::new();
-    GLOBAL.get_or_init(Registry::new)
-}
-
-/// [`Registry::record`] on the process-wide registry.
-pub fn record(build_id: &str, paths: &[PathBuf]) {
-    global().record(build_id, paths);
-}
-
-/// [`Registry::paths`] on the process-wide registry.
-pub fn paths(build_id: &str) -> Option<Vec<PathBuf>> {
-    global().paths(build_id)
 }
 
 #[cfg(test)]
@@ -228,7 +215,8 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("mkdir");
         let file = dir.join("f");
         std::fs::write(&file, b"0123456789").expect("write");
-        let opened = open(&file).expect("opens");
+        let registry = Registry::new();
+        let opened = registry.open(&file).expect("opens");
         assert_eq!(opened.size, 10);
         // Grown after opening: reads stop at the size it had.
         std::fs::write(&file, b"0123456789abcdef").expect("grow");
@@ -239,8 +227,8 @@ mod tests {
         let link = dir.join("link");
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&file, &link).expect("symlink");
-        assert!(open(&link).is_err(), "a link is not followed");
-        assert!(open(&dir).is_err(), "a directory is refused");
+        assert!(registry.open(&link).is_err(), "a link is not followed");
+        assert!(registry.open(&dir).is_err(), "a directory is refused");
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 

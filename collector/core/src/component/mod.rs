@@ -6,6 +6,7 @@
 //! pass on: the framework counts at every edge.
 
 mod conformance;
+mod host;
 mod id;
 pub(crate) mod output;
 pub mod registry;
@@ -17,6 +18,7 @@ use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
+pub use host::Host;
 pub use id::{ComponentId, Kind, PipelineId};
 pub use output::{Admission, ReceiverOutput, Refused};
 pub use registry::{
@@ -90,17 +92,8 @@ pub enum ComponentError {
 pub struct CreateContext {
     pub id: ComponentId,
     pub telemetry: Telemetry,
-    /// Directories of the storage extensions, by id (`file_storage`), for persistent queues.
-    pub storage: Arc<Vec<(ComponentId, std::path::PathBuf)>>,
-}
-
-impl CreateContext {
-    pub fn storage_directory(&self, id: &ComponentId) -> Option<&std::path::Path> {
-        self.storage
-            .iter()
-            .find(|(i, _)| i == id)
-            .map(|(_, p)| p.as_path())
-    }
+    /// What the collector offers beyond the config (storage directories, host executables).
+    pub host: Host,
 }
 
 // ---- receivers ----------------------------------------------------------------------
@@ -259,6 +252,12 @@ impl ExportError {
 /// exporter helper around it.
 #[async_trait]
 pub trait Exporter: Send + Sync + 'static {
+    /// Called once, in the collector's runtime, before the first export: starts what runs
+    /// beside exports (a flush timer). An error stops the collector from starting.
+    fn start(&self) -> Result<(), ComponentError> {
+        Ok(())
+    }
+
     async fn export(&self, batch: ProfileBatch) -> Result<(), ExportError>;
 
     /// Called once after the last export: flush and close.

@@ -1,7 +1,7 @@
 //! A background task an exporter runs every interval (flushing what it gathered).
-//! It starts on first use, because exporters may be created before the runtime runs;
-//! `stop` ends it after the run in progress; dropping it unstopped aborts it. The task
-//! holds its target weakly, so it also ends once the exporter is gone.
+//! The exporter's start hook starts it, in the collector's runtime; `stop` ends it after
+//! the run in progress; dropping it unstopped aborts it. The task holds its target weakly,
+//! so it also ends once the exporter is gone.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -41,7 +41,8 @@ impl PeriodicTask {
 
     /// Runs `tick(target)` every `every` (the first after one interval), unless it already
     /// runs or was stopped. A zero interval never ticks; one above 30 years is 30 years.
-    pub fn ensure_started<T, F, Fut>(&self, target: &Arc<T>, every: Duration, tick: F)
+    /// Call it from a tokio runtime.
+    pub fn start<T, F, Fut>(&self, target: &Arc<T>, every: Duration, tick: F)
     where
         T: Send + Sync + 'static,
         F: Fn(Arc<T>) -> Fut + Send + 'static,
@@ -109,8 +110,8 @@ mod tests {
         let tick = |c: Arc<AtomicUsize>| async move {
             c.fetch_add(1, Ordering::SeqCst);
         };
-        task.ensure_started(&count, Duration::from_secs(1), tick);
-        task.ensure_started(&count, Duration::from_secs(1), tick);
+        task.start(&count, Duration::from_secs(1), tick);
+        task.start(&count, Duration::from_secs(1), tick);
         tokio::time::sleep(Duration::from_millis(3500)).await;
         assert_eq!(
             count.load(Ordering::SeqCst),
@@ -118,7 +119,7 @@ mod tests {
             "one task, first tick after one interval"
         );
         task.stop().await;
-        task.ensure_started(&count, Duration::from_secs(1), tick);
+        task.start(&count, Duration::from_secs(1), tick);
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(count.load(Ordering::SeqCst), 3);
     }
@@ -130,10 +131,10 @@ mod tests {
             c.fetch_add(1, Ordering::SeqCst);
         };
         let zero = PeriodicTask::new();
-        zero.ensure_started(&count, Duration::ZERO, tick);
+        zero.start(&count, Duration::ZERO, tick);
         assert!(matches!(*zero.state.lock().expect("lock"), State::Idle));
         let huge = PeriodicTask::new();
-        huge.ensure_started(&count, Duration::MAX, tick);
+        huge.start(&count, Duration::MAX, tick);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(count.load(Ordering::SeqCst), 0);
         // The huge one's task is alive (not dead of a panic) and stops when asked.
@@ -154,7 +155,7 @@ mod tests {
     async fn ends_when_its_target_is_gone() {
         let target = Arc::new(AtomicUsize::new(0));
         let task = PeriodicTask::new();
-        task.ensure_started(
+        task.start(
             &target,
             Duration::from_secs(1),
             |c: Arc<AtomicUsize>| async move {

@@ -31,7 +31,7 @@ use super::pipeline::{Panicked, Stage, run_pipeline};
 use super::run::{ServiceError, ServiceOptions, label, spawn_component};
 use super::status::{ComponentStatus, Status};
 use crate::component::{
-    BuildError, ComponentId, CreateContext, Exporter, Extension, ExtensionContext, Kind,
+    BuildError, ComponentId, CreateContext, Exporter, Extension, ExtensionContext, Host, Kind,
     ParsedConfig, ProcessorCreateContext, Receiver, ReceiverContext, ReceiverOutput, Registry,
     ServiceGraph, Started, output::Entrance,
 };
@@ -132,20 +132,21 @@ impl Graph {
             pipelines: Vec::new(),
             receivers: Vec::new(),
         };
-        let storage = graph.build_extensions(config, registry)?;
-        graph.build_exporters(config, registry, &storage)?;
-        graph.build_pipelines(config, registry, &storage)?;
-        graph.build_receivers(config, registry, &storage)?;
+        let host = graph.build_extensions(config, registry, Host::default())?;
+        graph.build_exporters(config, registry, &host)?;
+        graph.build_pipelines(config, registry, &host)?;
+        graph.build_receivers(config, registry, &host)?;
         Ok(graph)
     }
 
-    /// Extensions first: exporters may need their storage. Returns the storage
-    /// directories they offer.
+    /// Extensions first: exporters may need their storage. Returns `host` with the
+    /// storage directories they offer.
     fn build_extensions(
         &mut self,
         config: &CollectorConfig,
         registry: &Registry,
-    ) -> Result<Arc<Vec<(ComponentId, PathBuf)>>, BuildError> {
+        host: Host,
+    ) -> Result<Host, BuildError> {
         let mut storage = Vec::new();
         for id in &config.service_extensions {
             let parsed = config_of(config, Kind::Extension, id)?;
@@ -156,7 +157,7 @@ impl Graph {
             let ctx = CreateContext {
                 id: id.clone(),
                 telemetry: self.telemetry.clone(),
-                storage: Arc::default(),
+                host: host.clone(),
             };
             let extension = factory.create(parsed, &ctx)?;
             if let Some(dir) = extension.storage_directory() {
@@ -167,7 +168,7 @@ impl Graph {
                 extension,
             });
         }
-        Ok(Arc::new(storage))
+        Ok(host.with_storage(storage))
     }
 
     /// One exporter per id that some pipeline uses.
@@ -175,7 +176,7 @@ impl Graph {
         &mut self,
         config: &CollectorConfig,
         registry: &Registry,
-        storage: &Arc<Vec<(ComponentId, PathBuf)>>,
+        host: &Host,
     ) -> Result<(), BuildError> {
         for id in config.pipelines.iter().flat_map(|p| &p.exporters) {
             if self.exporters.iter().any(|(e, _)| e == id) {
@@ -189,7 +190,7 @@ impl Graph {
             let ctx = CreateContext {
                 id: id.clone(),
                 telemetry: self.telemetry.clone(),
-                storage: storage.clone(),
+                host: host.clone(),
             };
             let settings = factory.helper_settings(parsed);
             if let Some(dir) = &settings.offline.directory {
@@ -199,7 +200,7 @@ impl Graph {
                     .find(|(_, node)| node.settings.offline.directory.as_ref() == Some(dir))
                     .map(|(other, _)| format!("exporter {other}'s offline.directory"))
                     .or_else(|| {
-                        storage
+                        host.storage()
                             .iter()
                             .find(|(_, s)| s == dir)
                             .map(|(ext, _)| format!("extension {ext}'s directory"))
@@ -217,7 +218,7 @@ impl Graph {
             let storage_dir = match &settings.queue.storage {
                 Some(name) if settings.queue.enabled => {
                     let sid = ComponentId::parse(name).map_err(|e| BuildError::new(id, e))?;
-                    Some(ctx.storage_directory(&sid).map(std::path::Path::to_path_buf).ok_or_else(|| {
+                    Some(host.storage_directory(&sid).map(std::path::Path::to_path_buf).ok_or_else(|| {
                         BuildError::new(id, format!("sending_queue.storage names {sid}, which is not a running storage extension (list it in service::extensions)"))
                     })?)
                 }
@@ -241,7 +242,7 @@ impl Graph {
         &mut self,
         config: &CollectorConfig,
         registry: &Registry,
-        storage: &Arc<Vec<(ComponentId, PathBuf)>>,
+        host: &Host,
     ) -> Result<(), BuildError> {
         for pipeline in &config.pipelines {
             let mut chain = Vec::new();
@@ -255,7 +256,7 @@ impl Graph {
                     base: CreateContext {
                         id: id.clone(),
                         telemetry: self.telemetry.clone(),
-                        storage: storage.clone(),
+                        host: host.clone(),
                     },
                     pipeline: pipeline.id.clone(),
                 };
@@ -284,7 +285,7 @@ impl Graph {
         &mut self,
         config: &CollectorConfig,
         registry: &Registry,
-        storage: &Arc<Vec<(ComponentId, PathBuf)>>,
+        host: &Host,
     ) -> Result<(), BuildError> {
         for id in config.pipelines.iter().flat_map(|p| &p.receivers) {
             if self.receivers.iter().any(|r| &r.id == id) {
@@ -298,7 +299,7 @@ impl Graph {
             let ctx = CreateContext {
                 id: id.clone(),
                 telemetry: self.telemetry.clone(),
-                storage: storage.clone(),
+                host: host.clone(),
             };
             self.receivers.push(ReceiverNode {
                 id: id.clone(),
@@ -376,8 +377,12 @@ impl Graph {
         let mut handles: BTreeMap<ComponentId, ExporterHandle> = BTreeMap::new();
         for (id, node) in exporters {
             let counters = ExporterCounters::new(&telemetry, &id.to_string());
-            let started =
-                open_offline(&node.settings.offline, &telemetry, &id).and_then(|offline| {
+            let started = node
+                .exporter
+                .start()
+                .map_err(|e| e.to_string())
+                .and_then(|()| open_offline(&node.settings.offline, &telemetry, &id))
+                .and_then(|offline| {
                     ExporterHandle::start_with_offline(
                         id.clone(),
                         node.exporter,
@@ -391,8 +396,8 @@ impl Graph {
             let handle = match started {
                 Ok(handle) => handle,
                 Err(e) => {
-                    // A persistent queue or an offline folder that cannot open: stop what
-                    // already started.
+                    // An exporter that cannot start, or a persistent queue or an offline
+                    // folder that cannot open: stop what already started.
                     extensions_stop.cancel();
                     for (started_id, handle) in &handles {
                         handle.shutdown(Duration::ZERO).await;

@@ -141,7 +141,7 @@ async fn replay_one(
     let ctx = CreateContext {
         id: id.clone(),
         telemetry: telemetry.clone(),
-        storage: Arc::default(),
+        host: crate::component::Host::default(),
     };
     // Each file is sent and answered before it is removed: no queue in between, and the
     // folder is read, not written to.
@@ -157,7 +157,10 @@ async fn replay_one(
     };
     let store =
         open_offline(&settings.offline, telemetry, id).map_err(|e| BuildError::new(id, e))?;
-    let exporter = Arc::from(factory.create(parsed, &ctx)?);
+    let exporter: Arc<dyn crate::component::Exporter> = Arc::from(factory.create(parsed, &ctx)?);
+    exporter
+        .start()
+        .map_err(|e| BuildError::new(id, e.to_string()))?;
     let handle = ExporterHandle::start_with_offline(
         id.clone(),
         exporter,

@@ -165,7 +165,8 @@ mod tests {
 
     #[test]
     fn reads_this_test_binary() {
-        use profcol_core::host_executables::open;
+        let registry = profcol_core::host_executables::Registry::new();
+        let open = |path: &std::path::Path| registry.open(path);
         let exe = std::env::current_exe().expect("exe");
         let f = open(&exe).expect("open");
         let ids = read(&f).expect("io").expect("an ELF file");

@@ -1,6 +1,6 @@
 //! Debug information upload to Parca's `DebuginfoService`, for the executables behind the
 //! native frames this exporter sends, when the eBPF receiver saw them on this host
-//! ([`profcol_core::host_executables`]).
+//! (the service's [`Registry`] of host executables).
 //!
 //! Per build id, at most once (per exporter): `ShouldInitiateUpload` → (the file is found
 //! and checked to declare that build id, then hashed) → `InitiateUpload` → the bytes, by
@@ -11,7 +11,7 @@
 //! written into `mapping_build_id`, so the server joins them.
 //!
 //! The recorded paths lead into other users' processes and this process may be root: a
-//! file is opened once, checked, by [`host_executables::open`] (no link followed, only a
+//! file is opened once, checked, by [`Registry::open`] (no link followed, only a
 //! regular file, so a FIFO cannot hold the upload), and the build id check, the hash and
 //! the bytes sent all read that one [`HostFile`], by offset, up to the size it had when
 //! opened. A path refused as unsafe is skipped; when no path gives the file and one was
@@ -33,7 +33,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use profcol_core::client::grpc::{USER_AGENT, WithHeaders, from_grpc_status};
 use profcol_core::client::tls::{ClientTls, TlsClientSettings};
-use profcol_core::host_executables::{self, HostFile};
+use profcol_core::host_executables::{HostFile, Registry};
 use profcol_core::telemetry::{Counter, Telemetry};
 use profcol_proto::parca::debuginfo::v1alpha1::debuginfo_service_client::DebuginfoServiceClient;
 use profcol_proto::parca::debuginfo::v1alpha1::upload_instructions::UploadStrategy;
@@ -96,6 +96,8 @@ struct Counters {
 
 /// The exporter's handle on the uploader.
 pub(crate) struct Debuginfo {
+    /// Where the build ids offered can be read.
+    executables: Arc<Registry>,
     queue: mpsc::Sender<String>,
     offered: Arc<Mutex<Offered>>,
     shutdown: CancellationToken,
@@ -133,6 +135,7 @@ impl Offered {
 }
 
 struct Uploader {
+    executables: Arc<Registry>,
     client: DebuginfoServiceClient<WithHeaders>,
     http: HttpClient,
     settings: DebuginfoSettings,
@@ -152,6 +155,7 @@ impl Debuginfo {
         settings: DebuginfoSettings,
         client: DebuginfoServiceClient<WithHeaders>,
         telemetry: &Telemetry,
+        executables: Arc<Registry>,
     ) -> Result<Self, String> {
         let http = signed_url_client(settings.timeout)?;
         let counter = |outcome: &str| {
@@ -170,6 +174,7 @@ impl Debuginfo {
         let offered = Arc::new(Mutex::new(Offered::default()));
         let shutdown = CancellationToken::new();
         let uploader = Arc::new(Uploader {
+            executables: executables.clone(),
             client,
             http,
             counters,
@@ -182,6 +187,7 @@ impl Debuginfo {
         });
         tokio::spawn(uploader.run(rx));
         Ok(Debuginfo {
+            executables,
             queue: tx,
             offered,
             shutdown,
@@ -192,7 +198,7 @@ impl Debuginfo {
     /// before are queued for upload.
     pub(crate) fn offer(&self, build_ids: &[String]) {
         for id in build_ids {
-            if profcol_core::host_executables::paths(id).is_none() {
+            if self.executables.paths(id).is_none() {
                 continue;
             }
             let fresh = self
@@ -256,7 +262,7 @@ struct Prepared {
 
 /// Whether an open was refused because of what is at the path (a link, a FIFO, a device,
 /// a directory, a file swapped in meanwhile), rather than because it is gone or
-/// unreadable. Both [`host_executables::open`]'s own check and the `profiling`
+/// unreadable. Both [`Registry::open`]'s own check and the `profiling`
 /// receiver's opener refuse with these kinds.
 fn refused_as_unsafe(e: &io::Error) -> bool {
     matches!(
@@ -268,11 +274,16 @@ fn refused_as_unsafe(e: &io::Error) -> bool {
 /// Finds the first of `paths` that opens safely and declares `build_id`, and hashes it
 /// (SHA-256, hex). Blocking, but never waits on what is at a path: a FIFO, a link or any
 /// other file that is not a regular one is refused without being read.
-fn prepare(build_id: &str, paths: &[PathBuf], max_size: u64) -> Result<Prepared, Outcome> {
+fn prepare(
+    executables: &Registry,
+    build_id: &str,
+    paths: &[PathBuf],
+    max_size: u64,
+) -> Result<Prepared, Outcome> {
     let mut tried = Vec::new();
     let mut unsafe_paths = false;
     for path in paths {
-        let file = match host_executables::open(path) {
+        let file = match executables.open(path) {
             Ok(f) => f,
             Err(e) => {
                 if refused_as_unsafe(&e) {
@@ -468,7 +479,7 @@ impl Uploader {
     }
 
     async fn upload(&self, build_id: &str) -> Outcome {
-        let Some(paths) = profcol_core::host_executables::paths(build_id) else {
+        let Some(paths) = self.executables.paths(build_id) else {
             return Outcome::Forget("no longer known on this host".into());
         };
         let id_type = build_id_type(build_id) as i32;
@@ -496,12 +507,16 @@ impl Uploader {
         }
         let max = self.settings.max_file_size;
         let owned_id = build_id.to_owned();
-        let prepared =
-            match tokio::task::spawn_blocking(move || prepare(&owned_id, &paths, max)).await {
-                Ok(Ok(p)) => p,
-                Ok(Err(outcome)) => return outcome,
-                Err(e) => return Outcome::Later(format!("reading the file failed: {e}")),
-            };
+        let executables = self.executables.clone();
+        let prepared = match tokio::task::spawn_blocking(move || {
+            prepare(&executables, &owned_id, &paths, max)
+        })
+        .await
+        {
+            Ok(Ok(p)) => p,
+            Ok(Err(outcome)) => return outcome,
+            Err(e) => return Outcome::Later(format!("reading the file failed: {e}")),
+        };
         let initiated = client
             .initiate_upload(self.request(InitiateUploadRequest {
                 build_id: build_id.to_owned(),
@@ -877,10 +892,15 @@ mod tests {
         let (fifo_path, good_path) = (fifo.clone(), good.clone());
         // On a thread of its own: a plain open would wait for a writer forever.
         std::thread::spawn(move || {
-            let alone = prepare(&id, std::slice::from_ref(&fifo_path), u64::MAX)
+            let alone = prepare(
+                &Registry::new(),
+                &id,
+                std::slice::from_ref(&fifo_path),
+                u64::MAX,
+            )
+            .map(|p| p.file.path.clone());
+            let before_good = prepare(&Registry::new(), &id, &[fifo_path, good_path], u64::MAX)
                 .map(|p| p.file.path.clone());
-            let before_good =
-                prepare(&id, &[fifo_path, good_path], u64::MAX).map(|p| p.file.path.clone());
             let _ = tx.send((alone, before_good));
         });
         let (alone, before_good) = rx
@@ -907,10 +927,11 @@ mod tests {
         std::os::unix::fs::symlink(&target, &link).expect("symlink");
         // The link leads to a file that declares the id: refused all the same.
         assert!(matches!(
-            prepare(&id, std::slice::from_ref(&link), u64::MAX),
+            prepare(&Registry::new(), &id, std::slice::from_ref(&link), u64::MAX),
             Err(Outcome::Refused(_))
         ));
-        let p = prepare(&id, &[link, target.clone()], u64::MAX).expect("the file itself");
+        let p = prepare(&Registry::new(), &id, &[link, target.clone()], u64::MAX)
+            .expect("the file itself");
         assert_eq!(p.file.path, target);
         assert_eq!(p.size, 4096);
     }
@@ -937,7 +958,8 @@ mod tests {
         let path = dir.join("exe");
         let content = elf_declaring(&id, CHUNK_BYTES + 1000);
         std::fs::write(&path, &content).expect("write");
-        let p = prepare(&id, std::slice::from_ref(&path), u64::MAX).expect("prepared");
+        let p = prepare(&Registry::new(), &id, std::slice::from_ref(&path), u64::MAX)
+            .expect("prepared");
         assert_eq!(p.size, content.len() as u64);
         // Grown after it was hashed: only the bytes hashed are sent.
         {
@@ -961,7 +983,13 @@ mod tests {
         // Truncated after it was hashed: the stream ends with an error, not short.
         let short = dir.join("short");
         std::fs::write(&short, elf_declaring(&id, 4096)).expect("write");
-        let p = prepare(&id, std::slice::from_ref(&short), u64::MAX).expect("prepared");
+        let p = prepare(
+            &Registry::new(),
+            &id,
+            std::slice::from_ref(&short),
+            u64::MAX,
+        )
+        .expect("prepared");
         std::fs::OpenOptions::new()
             .write(true)
             .open(&short)
@@ -987,9 +1015,10 @@ mod tests {
         std::fs::write(&target, elf_declaring(&link_id, 4096)).expect("write");
         let link = dir.join("link");
         std::os::unix::fs::symlink(&target, &link).expect("symlink");
-        host_executables::record(&good_id, std::slice::from_ref(&good));
-        host_executables::record(&fifo_id, std::slice::from_ref(&fifo));
-        host_executables::record(&link_id, std::slice::from_ref(&link));
+        let executables = Arc::new(Registry::new());
+        executables.record(&good_id, std::slice::from_ref(&good));
+        executables.record(&fifo_id, std::slice::from_ref(&fifo));
+        executables.record(&link_id, std::slice::from_ref(&link));
 
         let fake = FakeParca::default();
         let telemetry = Telemetry::new();
@@ -1015,7 +1044,9 @@ mod tests {
                 retry_interval: Duration::from_millis(200),
                 ..DebuginfoSettings::default()
             };
-            let uploads = Debuginfo::start(exporter, settings, client, &telemetry).expect("start");
+            let uploads =
+                Debuginfo::start(exporter, settings, client, &telemetry, executables.clone())
+                    .expect("start");
             uploads.offer(&[good_id.clone(), fifo_id.clone(), link_id.clone()]);
             // Until the upload is done and both refused ids were asked about again
             // (retried), or 5 s.
@@ -1072,21 +1103,35 @@ mod tests {
     #[test]
     fn prepare_finds_the_file_that_declares_the_id() {
         let exe = std::env::current_exe().expect("exe");
-        let f = host_executables::open(&exe).expect("open");
+        let f = Registry::new().open(&exe).expect("open");
         let ids = buildid::read(&f).expect("io").expect("elf");
         let gnu = ids.gnu.expect("gnu build id");
         let missing = PathBuf::from("/nonexistent/x");
-        let p = prepare(&gnu, &[missing.clone(), exe.clone()], u64::MAX).expect("found");
+        let p = prepare(
+            &Registry::new(),
+            &gnu,
+            &[missing.clone(), exe.clone()],
+            u64::MAX,
+        )
+        .expect("found");
         assert_eq!(p.file.path, exe);
         assert_eq!(p.size, std::fs::metadata(&exe).expect("meta").len());
         assert_eq!(p.hash.len(), 64);
         assert!(matches!(
-            prepare("00ff", std::slice::from_ref(&exe), u64::MAX),
+            prepare(
+                &Registry::new(),
+                "00ff",
+                std::slice::from_ref(&exe),
+                u64::MAX
+            ),
             Err(Outcome::Forget(_))
         ));
-        assert!(matches!(prepare(&gnu, &[exe], 10), Err(Outcome::GiveUp(_))));
         assert!(matches!(
-            prepare(&gnu, &[missing], 10),
+            prepare(&Registry::new(), &gnu, &[exe], 10),
+            Err(Outcome::GiveUp(_))
+        ));
+        assert!(matches!(
+            prepare(&Registry::new(), &gnu, &[missing], 10),
             Err(Outcome::Forget(_))
         ));
     }

@@ -91,8 +91,14 @@ impl ArrowExporter {
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES);
                 Some(
-                    Debuginfo::start(&who, settings, client, &ctx.telemetry)
-                        .map_err(|e| fail(format!("debuginfo: {e}")))?,
+                    Debuginfo::start(
+                        &who,
+                        settings,
+                        client,
+                        &ctx.telemetry,
+                        ctx.host.executables().clone(),
+                    )
+                    .map_err(|e| fail(format!("debuginfo: {e}")))?,
                 )
             }
         };

@@ -25,8 +25,5 @@ pub use payload::{GZIP_LEVEL, ZSTD_LEVEL, compress};
 pub use profcol_core::client::tls::TlsError;
 pub use reply::PARTIAL_SUCCESS_METRIC;
 
-#[cfg(test)]
-mod tests;
-
 profcol_core::component_conformance!(exporter: OtlpExporterFactory, "otlp", Alpha, default_errors: ["endpoint"]);
 profcol_core::component_conformance!(mod otlphttp_conformance; exporter: OtlpHttpExporterFactory, "otlphttp", Alpha, default_errors: ["endpoint"]);

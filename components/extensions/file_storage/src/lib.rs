@@ -168,7 +168,7 @@ mod tests {
         let ctx = |name: &'static str| CreateContext {
             id: ComponentId::new("file_storage", Some(name)),
             telemetry: Telemetry::new(),
-            storage: Default::default(),
+            host: Default::default(),
         };
         let private = FileStorageFactory
             .create(
@@ -203,7 +203,7 @@ mod tests {
         let ctx = CreateContext {
             id: ComponentId::new("file_storage", Some("q")),
             telemetry: Telemetry::new(),
-            storage: Default::default(),
+            host: Default::default(),
         };
         let ext = FileStorageFactory
             .create(

@@ -179,7 +179,7 @@ mod tests {
         let ctx = CreateContext {
             id: ComponentId::new("health_check", None),
             telemetry: Telemetry::new(),
-            storage: Default::default(),
+            host: Default::default(),
         };
         let ext = HealthCheckFactory.create(config, &ctx).expect("create");
         let ectx = ExtensionContext {

@@ -55,7 +55,7 @@ mod tests {
             base: CreateContext {
                 id: ComponentId::new("batch", None),
                 telemetry: Telemetry::new(),
-                storage: Default::default(),
+                host: Default::default(),
             },
             pipeline: PipelineId::parse("profiles").expect("pipeline id"),
         };

@@ -81,7 +81,7 @@ mod tests {
             base: CreateContext {
                 id: ComponentId::new("memory_limiter", Some("a")),
                 telemetry: telemetry.clone(),
-                storage: Default::default(),
+                host: Default::default(),
             },
             pipeline: PipelineId::parse("profiles").expect("pipeline id"),
         };

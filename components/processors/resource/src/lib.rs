@@ -56,7 +56,7 @@ mod tests {
             base: CreateContext {
                 id: ComponentId::new("resource", Some("env")),
                 telemetry: Telemetry::new(),
-                storage: Default::default(),
+                host: Default::default(),
             },
             pipeline: PipelineId::parse("profiles").expect("pipeline id"),
         };

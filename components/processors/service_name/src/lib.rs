@@ -65,7 +65,7 @@ mod tests {
             base: CreateContext {
                 id: ComponentId::new("service_name", None),
                 telemetry: Telemetry::new(),
-                storage: Default::default(),
+                host: Default::default(),
             },
             pipeline: PipelineId::parse("profiles").expect("pipeline id"),
         };

@@ -153,5 +153,309 @@ impl Processor for ServiceNameProcessor {
 }
 
 #[cfg(test)]
-#[path = "processor_tests.rs"]
-mod tests;
+mod tests {
+    use super::*;
+    use std::process::{Child, Command};
+
+    fn s(v: &str) -> Option<AnyValue> {
+        Some(AnyValue {
+            value: Some(Value::StringValue(v.into())),
+        })
+    }
+
+    fn kv(key: &str, value: &str) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: s(value),
+            key_strindex: 0,
+        }
+    }
+
+    fn pid_kv(pid: u32) -> KeyValue {
+        KeyValue {
+            key: semconv::PROCESS_PID.into(),
+            value: Some(AnyValue {
+                value: Some(Value::IntValue(i64::from(pid))),
+            }),
+            key_strindex: 0,
+        }
+    }
+
+    /// A `sleep 30` child with exactly these environment variables; killed on drop.
+    struct Sleeper(Child);
+
+    impl Sleeper {
+        fn new(env: &[(&str, &str)]) -> Self {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("30").env_clear();
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            Sleeper(cmd.spawn().expect("spawn sleep"))
+        }
+
+        fn pid(&self) -> u32 {
+            self.0.id()
+        }
+    }
+
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    use profcol_core::testkit::batch_of_resources as batch;
+
+    fn plain() -> ServiceNameProcessor {
+        ServiceNameProcessor::new(Format::Plain, Some(RecordedEnvironment))
+    }
+
+    async fn run(p: &mut ServiceNameProcessor, b: ProfileBatch) -> ProfileBatch {
+        let mut out = Vec::new();
+        p.process(b, &mut out).await.expect("process");
+        assert_eq!(out.len(), 1);
+        out.remove(0)
+    }
+
+    fn names(b: &ProfileBatch) -> Vec<Option<String>> {
+        b.resource_profiles()
+            .iter()
+            .map(|rp| {
+                rp.resource
+                    .as_ref()
+                    .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+                    .and_then(|kv| kv.value.as_ref())
+                    .map(any_value_to_string)
+            })
+            .collect()
+    }
+
+    async fn name_of(p: &mut ServiceNameProcessor, attributes: Vec<KeyValue>) -> String {
+        names(&run(p, batch(vec![Some(attributes)])).await)[0]
+            .clone()
+            .expect("named")
+    }
+
+    #[tokio::test]
+    async fn an_existing_service_name_is_untouched() {
+        let mut p = plain();
+        let attrs = vec![
+            kv("service.name", "cart"),
+            kv(RECORDED_SERVICE_NAME, "checkout"),
+            kv("k8s.deployment.name", "d"),
+        ];
+        let input = batch(vec![Some(attrs.clone())]);
+        let before = input.resource_profiles().as_ptr();
+        let out = run(&mut p, input).await;
+        assert_eq!(
+            out.resource_profiles()[0]
+                .resource
+                .as_ref()
+                .expect("resource")
+                .attributes,
+            attrs
+        );
+        // Nothing to write: the batch was not copied.
+        assert_eq!(out.resource_profiles().as_ptr(), before);
+    }
+
+    #[tokio::test]
+    async fn recorded_otel_service_name_comes_first() {
+        let mut p = plain();
+        let attrs = vec![
+            kv("k8s.deployment.name", "d"),
+            kv("process.executable.name", "sleep"),
+            kv(RECORDED_SERVICE_NAME, " checkout "),
+        ];
+        assert_eq!(name_of(&mut p, attrs).await, "checkout");
+        let attrs = vec![
+            kv("k8s.pod.name", "p"),
+            kv(
+                RECORDED_RESOURCE_ATTRIBUTES,
+                "service.name=cart%20api,team=x",
+            ),
+        ];
+        assert_eq!(name_of(&mut p, attrs).await, "cart api");
+    }
+
+    /// A pid sent by a client (or found in any resource) names no process of this host: the
+    /// processor reads no `/proc/PID/environ`, even for a live local process that declares a
+    /// service name, and even with this host's `host.name`.
+    #[tokio::test]
+    async fn a_pid_alone_never_reads_a_local_process_environment() {
+        let child = Sleeper::new(&[("OTEL_SERVICE_NAME", "secret-local-name")]);
+        let own_host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_default();
+        let mut p = plain();
+        for pid in [
+            pid_kv(child.pid()),
+            kv("process.pid", &child.pid().to_string()),
+        ] {
+            let attrs = vec![
+                pid,
+                kv("host.name", &own_host),
+                kv("process.executable.name", "sleep"),
+            ];
+            assert_eq!(name_of(&mut p, attrs).await, "sleep");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_process_without_either_falls_through_each_step() {
+        let pid = pid_kv(4242);
+        let mut p = plain();
+        let all_k8s: Vec<KeyValue> = K8S_PRECEDENCE.iter().map(|k| kv(k, k)).collect();
+        // Each k8s attribute wins over all those after it.
+        for i in 0..K8S_PRECEDENCE.len() {
+            let mut attrs = vec![pid.clone(), kv("process.executable.name", "sleep")];
+            // Put the later ones first, to show order of precedence, not of attributes.
+            attrs.extend(all_k8s[i..].iter().rev().cloned());
+            assert_eq!(name_of(&mut p, attrs).await, K8S_PRECEDENCE[i]);
+        }
+        // An empty value counts as absent, recorded variables included.
+        let attrs = vec![
+            pid.clone(),
+            kv(RECORDED_SERVICE_NAME, " "),
+            kv(RECORDED_RESOURCE_ATTRIBUTES, "team=x"),
+            kv("k8s.deployment.name", ""),
+            kv("k8s.container.name", "c"),
+        ];
+        assert_eq!(name_of(&mut p, attrs).await, "c");
+        let attrs = vec![
+            pid.clone(),
+            kv("process.executable.name", "sleep"),
+            kv("process.executable.path", "/usr/bin/other"),
+        ];
+        assert_eq!(name_of(&mut p, attrs).await, "sleep");
+        let attrs = vec![pid.clone(), kv("process.executable.path", "/usr/bin/sleep")];
+        assert_eq!(name_of(&mut p, attrs).await, "sleep");
+        assert_eq!(name_of(&mut p, vec![pid]).await, "unknown_service");
+    }
+
+    #[tokio::test]
+    async fn formats_differ_only_for_executable_names() {
+        let mut plain = ServiceNameProcessor::new(Format::Plain, None);
+        let mut semconv = ServiceNameProcessor::new(Format::Semconv, None);
+        let cases: Vec<(Vec<KeyValue>, &str, &str)> = vec![
+            (
+                vec![kv("process.executable.name", "java")],
+                "java",
+                "unknown_service:java",
+            ),
+            (
+                vec![kv("process.executable.path", "C:\\apps\\srv.exe")],
+                "srv.exe",
+                "unknown_service:srv.exe",
+            ),
+            (
+                vec![kv("process.executable.path", "/opt/app/")],
+                "app",
+                "unknown_service:app",
+            ),
+            (vec![kv("k8s.job.name", "nightly")], "nightly", "nightly"),
+            (
+                vec![kv("process.executable.path", "/")],
+                "unknown_service",
+                "unknown_service",
+            ),
+            (vec![], "unknown_service", "unknown_service"),
+        ];
+        for (attrs, want_plain, want_semconv) in cases {
+            assert_eq!(name_of(&mut plain, attrs.clone()).await, want_plain);
+            assert_eq!(name_of(&mut semconv, attrs).await, want_semconv);
+        }
+        // A resource without a Resource message gets one.
+        let out = run(&mut semconv, batch(vec![None])).await;
+        assert_eq!(names(&out), vec![Some("unknown_service".into())]);
+    }
+
+    #[tokio::test]
+    async fn environment_lookup_can_be_switched_off() {
+        let mut p = ServiceNameProcessor::new(Format::Plain, None);
+        let attrs = vec![
+            kv(RECORDED_SERVICE_NAME, "checkout"),
+            kv("process.executable.name", "sleep"),
+        ];
+        assert_eq!(name_of(&mut p, attrs).await, "sleep");
+    }
+
+    #[tokio::test]
+    async fn a_clone_held_elsewhere_is_unchanged() {
+        let mut p = ServiceNameProcessor::new(Format::Plain, None);
+        let input = batch(vec![
+            Some(vec![kv("service.name", "cart")]),
+            Some(vec![kv("process.executable.name", "java")]),
+            None,
+        ]);
+        let held = input.clone();
+        let out = run(&mut p, input).await;
+        assert_eq!(names(&held), vec![Some("cart".into()), None, None]);
+        assert!(held.resource_profiles()[2].resource.is_none());
+        assert_eq!(
+            names(&out),
+            vec![
+                Some("cart".into()),
+                Some("java".into()),
+                Some("unknown_service".into())
+            ]
+        );
+        assert!(std::ptr::eq(held.dictionary(), out.dictionary()));
+        assert_eq!(out.sample_count(), 3);
+        ProfileBatch::decode(&out.encode_to_vec()).expect("valid");
+    }
+
+    #[tokio::test]
+    async fn an_unshared_batch_is_edited_in_place_and_empty_names_replaced() {
+        let mut p = ServiceNameProcessor::new(Format::Plain, None);
+        let input = batch(vec![Some(vec![
+            kv("service.name", ""),
+            kv("k8s.statefulset.name", "db"),
+        ])]);
+        let before = input.resource_profiles().as_ptr();
+        let out = run(&mut p, input).await;
+        assert_eq!(out.resource_profiles().as_ptr(), before);
+        assert_eq!(
+            out.resource_profiles()[0]
+                .resource
+                .as_ref()
+                .expect("resource")
+                .attributes,
+            vec![kv("service.name", "db"), kv("k8s.statefulset.name", "db")]
+        );
+    }
+
+    #[tokio::test]
+    async fn variables_recorded_by_the_receiver_name_exited_processes() {
+        // The pid no longer exists; only what the receiver recorded while it lived is left.
+        let gone = kv("process.pid", "4194303");
+        let name = name_of(
+            &mut plain(),
+            vec![
+                gone.clone(),
+                kv("process.executable.name", "burner"),
+                kv(
+                    "process.environment_variable.OTEL_RESOURCE_ATTRIBUTES",
+                    "team=x,service.name=cart%20api",
+                ),
+            ],
+        )
+        .await;
+        assert_eq!(name, "cart api");
+        let name = name_of(
+            &mut plain(),
+            vec![
+                gone,
+                kv("process.environment_variable.OTEL_SERVICE_NAME", "checkout"),
+                kv(
+                    "process.environment_variable.OTEL_RESOURCE_ATTRIBUTES",
+                    "service.name=other",
+                ),
+            ],
+        )
+        .await;
+        assert_eq!(name, "checkout");
+    }
+}

@@ -87,7 +87,7 @@ fn create_context() -> CreateContext {
     CreateContext {
         id: ComponentId::new("otlp", None),
         telemetry: Telemetry::new(),
-        storage: Default::default(),
+        host: Default::default(),
     }
 }
 

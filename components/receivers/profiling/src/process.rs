@@ -381,6 +381,8 @@ pub struct ProcessTable {
     filter: Filter,
     /// Environment variables to keep from each process.
     env_vars: Vec<String>,
+    /// Where the executables read are recorded for exporters that upload them.
+    executables: Option<Arc<profcol_core::host_executables::Registry>>,
 }
 
 impl ProcessTable {
@@ -405,7 +407,18 @@ impl ProcessTable {
             grace_ns: u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX),
             filter,
             env_vars: Vec::new(),
+            executables: None,
         }
+    }
+
+    /// Records in `registry` where each executable read opens from.
+    #[must_use]
+    pub fn recording_executables(
+        mut self,
+        registry: Arc<profcol_core::host_executables::Registry>,
+    ) -> Self {
+        self.executables = Some(registry);
+        self
     }
 
     pub fn procfs(&self) -> &ProcFs {
@@ -830,7 +843,9 @@ impl ProcessTable {
                 let file = self
                     .files
                     .get_or_read(key, &mapping.path, &locations, mapped);
-                record_host_executable(&file, &locations);
+                if let Some(registry) = &self.executables {
+                    record_host_executable(registry, &file, &locations);
+                }
                 mapping.file = Some(file);
             }
             out.push(Arc::new(mapping));
@@ -887,14 +902,18 @@ fn take_context_from(
 /// Tells exporters that upload debug information (arrow's `debuginfo`) where this file
 /// opens from the host, under each build id it has, and installs the checked opener
 /// they must open it with. A refused file is not recorded.
-fn record_host_executable(file: &ExecutableFile, locations: &[FileLocation]) {
+fn record_host_executable(
+    registry: &profcol_core::host_executables::Registry,
+    file: &ExecutableFile,
+    locations: &[FileLocation],
+) {
     if !file.is_elf || file.rejected.is_some() {
         return;
     }
-    profcol_core::host_executables::set_opener(crate::safe_file::open_recorded);
+    registry.set_opener(crate::safe_file::open_recorded);
     let paths: Vec<PathBuf> = locations.iter().map(FileLocation::path).collect();
     for id in file.build_id_gnu_hex().iter().chain(&file.build_id_go) {
-        profcol_core::host_executables::record(id, &paths);
+        registry.record(id, &paths);
     }
 }
 

@@ -162,10 +162,15 @@ impl ReceiverFactory for ProfilingReceiverFactory {
         if let Some(e) = config.validate().into_iter().next() {
             return Err(BuildError::new(&ctx.id, e.to_string()));
         }
+        let environment = self.environment.clone();
+        let executables = ctx.host.executables().clone();
         Ok(Box::new(ProfilingReceiver {
             config,
             opener: self.opener.clone(),
-            environment: self.environment.clone(),
+            environment: Arc::new(move || Environment {
+                executables: executables.clone(),
+                ..environment()
+            }),
         }))
     }
 }
@@ -683,7 +688,7 @@ mod tests {
                 &CreateContext {
                     id: ComponentId::new("profiling", None),
                     telemetry: telemetry.clone(),
-                    storage: Default::default(),
+                    host: Default::default(),
                 },
             )
             .expect("create");
@@ -873,7 +878,7 @@ mod tests {
                 &CreateContext {
                     id: ComponentId::new("profiling", None),
                     telemetry: Telemetry::new(),
-                    storage: Default::default(),
+                    host: Default::default(),
                 },
             )
             .err()

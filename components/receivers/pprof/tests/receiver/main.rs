@@ -155,7 +155,7 @@ pub fn spawn(config: Config, capacity: usize) -> Running {
             &CreateContext {
                 id: ComponentId::new("pprof", None),
                 telemetry: telemetry.clone(),
-                storage: Default::default(),
+                host: Default::default(),
             },
         )
         .expect("create");
@@ -294,7 +294,7 @@ async fn invalid_config_fails_create_with_its_path() {
         &CreateContext {
             id: ComponentId::new("pprof", None),
             telemetry: Telemetry::new(),
-            storage: Default::default(),
+            host: Default::default(),
         },
     );
     let Err(e) = result else {

@@ -46,7 +46,7 @@ pub fn context(id: &str) -> (CreateContext, Telemetry) {
         CreateContext {
             id,
             telemetry: telemetry.clone(),
-            storage: Default::default(),
+            host: Default::default(),
         },
         telemetry,
     )

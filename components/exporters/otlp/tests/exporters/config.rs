@@ -3,15 +3,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use profcol_core::client::grpc::GrpcTarget;
 use profcol_core::component::{ExporterFactory, Stability};
 use profcol_core::config::{ConfigError, Validate, Value, parse_typed, parse_yaml};
 
-use super::support::*;
-use crate::config::{
-    Compression, Encoding, GrpcTarget, OtlpExporterConfig, OtlpHttpExporterConfig,
-    TlsClientSettings,
+use crate::support::*;
+use profcol_exporter_otlp::{
+    Compression, Encoding, OtlpExporterConfig, OtlpHttpExporterConfig, TlsClientSettings,
 };
-use crate::{OtlpExporterFactory, OtlpHttpExporterFactory};
+use profcol_exporter_otlp::{OtlpExporterFactory, OtlpHttpExporterFactory};
 
 fn testdata(name: &str) -> Value {
     let text = std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR")))

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use prost::Message;
 
-use super::support::*;
-use crate::config::{Compression, Encoding, OtlpHttpExporterConfig};
-use crate::rpc;
-use crate::{OtlpHttpExporterFactory, PARTIAL_SUCCESS_METRIC};
+use crate::support::*;
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::otlp_json::{read_profiles_json, write_export_response_json};
 use profcol_core::pdata::types::{ExportProfilesPartialSuccess, ExportProfilesServiceResponse};
+use profcol_exporter_otlp::rpc;
+use profcol_exporter_otlp::{Compression, Encoding, OtlpHttpExporterConfig};
+use profcol_exporter_otlp::{OtlpHttpExporterFactory, PARTIAL_SUCCESS_METRIC};
 
 fn config(
     server: &HttpServer,

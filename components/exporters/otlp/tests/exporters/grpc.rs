@@ -6,12 +6,12 @@ use std::time::Duration;
 use prost::Message;
 use tonic::Code;
 
-use super::support::*;
-use crate::config::{Compression, OtlpExporterConfig, TlsClientSettings};
-use crate::rpc;
-use crate::{EXPORT_PATH, OtlpExporterFactory, PARTIAL_SUCCESS_METRIC};
+use crate::support::*;
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::types::{ExportProfilesPartialSuccess, ExportProfilesServiceResponse};
+use profcol_exporter_otlp::rpc;
+use profcol_exporter_otlp::{Compression, OtlpExporterConfig, TlsClientSettings};
+use profcol_exporter_otlp::{EXPORT_PATH, OtlpExporterFactory, PARTIAL_SUCCESS_METRIC};
 
 fn plaintext(addr: std::net::SocketAddr, compression: Compression) -> OtlpExporterConfig {
     OtlpExporterConfig {

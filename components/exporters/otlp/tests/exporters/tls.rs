@@ -1,9 +1,9 @@
 //! TLS for both exporters against servers with rcgen self-signed certificates.
 
-use super::support::*;
-use crate::config::{OtlpExporterConfig, OtlpHttpExporterConfig, TlsClientSettings};
-use crate::{OtlpExporterFactory, OtlpHttpExporterFactory};
+use crate::support::*;
 use profcol_core::component::ExporterFactory;
+use profcol_exporter_otlp::{OtlpExporterConfig, OtlpHttpExporterConfig, TlsClientSettings};
+use profcol_exporter_otlp::{OtlpExporterFactory, OtlpHttpExporterFactory};
 
 fn ca(cert: &TestCert) -> TlsClientSettings {
     TlsClientSettings {

@@ -1,5 +1,0 @@
-mod config;
-mod grpc;
-mod http;
-mod support;
-mod tls;

@@ -26,7 +26,7 @@ pub use registry::{
     ParsedConfig, Registry,
 };
 
-use crate::config::Validate;
+use crate::config::{Checked, Validate};
 use crate::exporterhelper::ExporterHelperSettings;
 use crate::pdata::ProfileBatch;
 use crate::telemetry::Telemetry;
@@ -142,7 +142,7 @@ pub trait ReceiverFactory: Send + Sync + 'static {
     const STABILITY: Stability;
     fn create(
         &self,
-        config: Self::Config,
+        config: Checked<Self::Config>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Receiver>, BuildError>;
 }
@@ -197,7 +197,7 @@ pub trait ProcessorFactory: Send + Sync + 'static {
     const STABILITY: Stability;
     fn create(
         &self,
-        config: Self::Config,
+        config: Checked<Self::Config>,
         ctx: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError>;
 }
@@ -277,7 +277,7 @@ pub trait ExporterFactory: Send + Sync + 'static {
     fn helper_settings(&self, config: &Self::Config) -> ExporterHelperSettings;
     fn create(
         &self,
-        config: Self::Config,
+        config: Checked<Self::Config>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError>;
 }
@@ -320,7 +320,7 @@ pub trait ExtensionFactory: Send + Sync + 'static {
     const STABILITY: Stability;
     fn create(
         &self,
-        config: Self::Config,
+        config: Checked<Self::Config>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Extension>, BuildError>;
 }

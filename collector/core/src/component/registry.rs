@@ -9,17 +9,18 @@ use super::{
     BuildError, CreateContext, Exporter, ExporterFactory, Extension, ExtensionFactory, Kind,
     Processor, ProcessorCreateContext, ProcessorFactory, Receiver, ReceiverFactory, Stability,
 };
-use crate::config::{ConfigError, Value, parse_typed_all};
+use crate::config::{Checked, ConfigError, Value, parse_typed_all};
 use crate::exporterhelper::ExporterHelperSettings;
 
-/// A config parsed and validated by its factory, kept until the component is created.
+/// A config parsed and checked by its factory ([`Checked`]), kept until the component is
+/// created.
 #[derive(Clone)]
 pub struct ParsedConfig(Arc<dyn Any + Send + Sync>);
 
 impl ParsedConfig {
-    fn get<T: Clone + 'static>(&self, id: &super::ComponentId) -> Result<T, BuildError> {
+    fn get<C: Clone + 'static>(&self, id: &super::ComponentId) -> Result<Checked<C>, BuildError> {
         self.0
-            .downcast_ref::<T>()
+            .downcast_ref::<Checked<C>>()
             .cloned()
             .ok_or_else(|| BuildError::new(id, "config of another component type"))
     }
@@ -30,12 +31,7 @@ fn parse_and_validate<C: super::ComponentConfig>(
 ) -> Result<ParsedConfig, Vec<ConfigError>> {
     // Every unknown key and bad value at once, not only the first serde meets.
     let config: C = parse_typed_all(value)?;
-    let errors = config.validate();
-    if errors.is_empty() {
-        Ok(ParsedConfig(Arc::new(config)))
-    } else {
-        Err(errors)
-    }
+    Ok(ParsedConfig(Arc::new(Checked::check(config)?)))
 }
 
 /// Declares the object-safe twin of a typed factory trait, over [`ParsedConfig`], and
@@ -120,7 +116,7 @@ impl<F: ExporterFactory> ErasedExporterFactory for F {
         parse_and_validate::<F::Config>(value)
     }
     fn helper_settings(&self, config: &ParsedConfig) -> ExporterHelperSettings {
-        match config.0.downcast_ref::<F::Config>() {
+        match config.0.downcast_ref::<Checked<F::Config>>() {
             Some(c) => ExporterFactory::helper_settings(self, c),
             None => ExporterHelperSettings::default(),
         }

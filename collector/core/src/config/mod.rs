@@ -4,6 +4,7 @@
 //! Errors carry their path (`exporters::otlp::compresion: unknown field ...`) and are all
 //! reported at once.
 
+mod checked;
 pub mod duration;
 mod env;
 mod headers;
@@ -12,6 +13,7 @@ mod top_level;
 
 use std::fmt;
 
+pub use checked::Checked;
 pub use env::expand_env;
 pub use headers::header_map;
 pub use merge::merge_values;

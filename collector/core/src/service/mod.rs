@@ -408,9 +408,10 @@ service:
             const STABILITY: Stability = Stability::Development;
             fn create(
                 &self,
-                config: PanicConfig,
+                config: crate::config::Checked<PanicConfig>,
                 _: &ProcessorCreateContext,
             ) -> Result<Box<dyn Processor>, BuildError> {
+                let config = config.into_inner();
                 Ok(Box::new(Panicking {
                     on_batch: config.on_batch,
                     seen: 0,
@@ -460,9 +461,10 @@ service:
             }
             fn create(
                 &self,
-                config: PanicConfig,
+                config: crate::config::Checked<PanicConfig>,
                 _: &crate::component::CreateContext,
             ) -> Result<Box<dyn crate::component::Exporter>, BuildError> {
+                let config = config.into_inner();
                 Ok(Box::new(PanicSink {
                     on_batch: config.on_batch,
                     seen: std::sync::atomic::AtomicUsize::new(0),
@@ -500,7 +502,7 @@ service:
             const STABILITY: Stability = Stability::Development;
             fn create(
                 &self,
-                _: PanicConfig,
+                _: crate::config::Checked<PanicConfig>,
                 _: &crate::component::CreateContext,
             ) -> Result<Box<dyn crate::component::Receiver>, BuildError> {
                 Ok(Box::new(PanicSource))
@@ -762,7 +764,7 @@ service:
         const STABILITY: crate::component::Stability = crate::component::Stability::Development;
         fn create(
             &self,
-            _: crate::testkit::SinkConfig,
+            _: crate::config::Checked<crate::testkit::SinkConfig>,
             ctx: &crate::component::CreateContext,
         ) -> Result<Box<dyn crate::component::Receiver>, crate::component::BuildError> {
             Err(crate::component::BuildError::new(&ctx.id, "cannot be made"))

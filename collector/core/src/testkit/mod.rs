@@ -184,9 +184,10 @@ impl ReceiverFactory for SourceFactory {
     const STABILITY: Stability = Stability::Development;
     fn create(
         &self,
-        config: SourceConfig,
+        config: crate::config::Checked<SourceConfig>,
         _: &CreateContext,
     ) -> Result<Box<dyn Receiver>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(Source(config)))
     }
 }
@@ -244,9 +245,10 @@ impl ProcessorFactory for TagFactory {
     const STABILITY: Stability = Stability::Development;
     fn create(
         &self,
-        config: TagConfig,
+        config: crate::config::Checked<TagConfig>,
         _: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(Tag(config)))
     }
 }
@@ -285,7 +287,7 @@ impl ProcessorFactory for HoldFactory {
     const STABILITY: Stability = Stability::Development;
     fn create(
         &self,
-        _: HoldConfig,
+        _: crate::config::Checked<HoldConfig>,
         _: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError> {
         Ok(Box::new(Hold(Vec::new())))
@@ -353,9 +355,10 @@ impl ExporterFactory for SinkFactory {
     }
     fn create(
         &self,
-        config: SinkConfig,
+        config: crate::config::Checked<SinkConfig>,
         _: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(Sink(config.name)))
     }
 }

@@ -41,9 +41,10 @@ impl ExporterFactory for ArrowExporterFactory {
 
     fn create(
         &self,
-        config: ArrowExporterConfig,
+        config: profcol_core::config::Checked<ArrowExporterConfig>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(ArrowExporter::new(config, ctx)?))
     }
 }

@@ -1418,7 +1418,10 @@ mod tests {
         let c =
             parse("endpoint: 127.0.0.1:1\ntls:\n  insecure: true\ndebuginfo: {}\n").expect("parse");
         let exporter = ArrowExporterFactory
-            .create(c, &ctx)
+            .create(
+                profcol_core::config::Checked::check(c).expect("a valid config"),
+                &ctx,
+            )
             .expect("created lazily");
         // Nothing listens on port 1: a retryable error, as otlp's.
         let e = exporter.export(ebpf_batch()).await.expect_err("refused");
@@ -1426,7 +1429,10 @@ mod tests {
         exporter.shutdown().await.expect("shutdown");
         let bad =
             parse("endpoint: parca:7070\ntls:\n  ca_file: /nonexistent/ca.pem\n").expect("parse");
-        let Err(e) = ArrowExporterFactory.create(bad, &ctx) else {
+        let Err(e) = ArrowExporterFactory.create(
+            profcol_core::config::Checked::check(bad).expect("a valid config"),
+            &ctx,
+        ) else {
             panic!("a missing CA file must fail create")
         };
         assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");

@@ -45,7 +45,12 @@ impl ExporterFactory for DebugExporterFactory {
         }
     }
 
-    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Exporter>, BuildError> {
+    fn create(
+        &self,
+        config: profcol_core::config::Checked<Config>,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Exporter>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(DebugExporter {
             id: ctx.id.clone(),
             verbosity: config.verbosity,
@@ -570,11 +575,12 @@ mod tests {
         };
         let exporter = DebugExporterFactory
             .create(
-                Config {
+                profcol_core::config::Checked::check(Config {
                     verbosity: Verbosity::Normal,
                     sampling_initial: 1,
                     sampling_thereafter: 0,
-                },
+                })
+                .expect("a valid config"),
                 &ctx,
             )
             .expect("create");

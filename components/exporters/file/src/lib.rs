@@ -56,7 +56,12 @@ impl ExporterFactory for FileExporterFactory {
         }
     }
 
-    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Exporter>, BuildError> {
+    fn create(
+        &self,
+        config: profcol_core::config::Checked<Config>,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Exporter>, BuildError> {
+        let config = config.into_inner();
         let limits = config.rotation.as_ref().map(|r| RotationLimits {
             max_bytes: r.max_bytes(),
             max_backups: r.max_backups as usize,
@@ -680,7 +685,11 @@ mod tests {
             host: Default::default(),
         };
         let e = FileExporterFactory
-            .create(config(&path, Format::Json), &ctx)
+            .create(
+                profcol_core::config::Checked::check(config(&path, Format::Json))
+                    .expect("a valid config"),
+                &ctx,
+            )
             .err()
             .expect("no directory");
         assert!(
@@ -693,7 +702,10 @@ mod tests {
             ..config(&path, Format::Json)
         };
         FileExporterFactory
-            .create(c, &ctx)
+            .create(
+                profcol_core::config::Checked::check(c).expect("a valid config"),
+                &ctx,
+            )
             .expect("made the directory");
         assert!(path.is_file());
         let _ = std::fs::remove_dir_all(dir);

@@ -59,7 +59,12 @@ impl ExporterFactory for FlamegraphExporterFactory {
         }
     }
 
-    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Exporter>, BuildError> {
+    fn create(
+        &self,
+        config: profcol_core::config::Checked<Config>,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Exporter>, BuildError> {
+        let config = config.into_inner();
         let exporter = FlamegraphExporter::new(&config, &ctx.id.to_string(), &ctx.telemetry)
             .map_err(|e| BuildError::new(&ctx.id, e))?;
         Ok(Box::new(exporter))
@@ -484,7 +489,11 @@ mod tests {
             host: Default::default(),
         };
         let e = FlamegraphExporterFactory
-            .create(config(&file.join("sub")), &ctx)
+            .create(
+                profcol_core::config::Checked::check(config(&file.join("sub")))
+                    .expect("a valid config"),
+                &ctx,
+            )
             .err()
             .expect("not a directory");
         assert!(

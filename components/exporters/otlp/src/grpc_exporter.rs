@@ -60,9 +60,10 @@ impl ExporterFactory for OtlpExporterFactory {
 
     fn create(
         &self,
-        config: OtlpExporterConfig,
+        config: profcol_core::config::Checked<OtlpExporterConfig>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(GrpcExporter::new(&config, ctx)?))
     }
 }

@@ -46,9 +46,10 @@ impl ExporterFactory for OtlpHttpExporterFactory {
 
     fn create(
         &self,
-        config: OtlpHttpExporterConfig,
+        config: profcol_core::config::Checked<OtlpHttpExporterConfig>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(HttpExporter::new(&config, ctx)?))
     }
 }

@@ -70,7 +70,12 @@ impl ExporterFactory for PprofExporterFactory {
         config.helper_settings()
     }
 
-    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Exporter>, BuildError> {
+    fn create(
+        &self,
+        config: profcol_core::config::Checked<Config>,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Exporter>, BuildError> {
+        let config = config.into_inner();
         let exporter = PprofExporter::new(&config, &ctx.id.to_string(), &ctx.telemetry)
             .map_err(|e| BuildError::new(&ctx.id, e))?;
         Ok(Box::new(exporter))
@@ -732,7 +737,12 @@ mod tests {
             telemetry: telemetry.clone(),
             host: Default::default(),
         };
-        PprofExporterFactory.create(config, &ctx).expect("create")
+        PprofExporterFactory
+            .create(
+                profcol_core::config::Checked::check(config).expect("a valid config"),
+                &ctx,
+            )
+            .expect("create")
     }
 
     /// File names in `dir`, sorted.
@@ -1304,7 +1314,11 @@ mod tests {
             host: Default::default(),
         };
         let e = PprofExporterFactory
-            .create(config(&file.join("sub")), &ctx)
+            .create(
+                profcol_core::config::Checked::check(config(&file.join("sub")))
+                    .expect("a valid config"),
+                &ctx,
+            )
             .err()
             .expect("not a directory");
         assert!(e.to_string().starts_with("pprof/out: cannot make "), "{e}");
@@ -1735,7 +1749,12 @@ mod tests {
                 telemetry: telemetry.clone(),
                 host: Default::default(),
             };
-            let exporter = PprofExporterFactory.create(config, &ctx).expect("create");
+            let exporter = PprofExporterFactory
+                .create(
+                    profcol_core::config::Checked::check(config).expect("a valid config"),
+                    &ctx,
+                )
+                .expect("create");
             for service in ["a", "b", "c", "a", "d"] {
                 exporter.export(go_cpu(service)).await.expect("export");
             }

@@ -76,9 +76,10 @@ impl ExtensionFactory for FileStorageFactory {
 
     fn create(
         &self,
-        config: Config,
+        config: profcol_core::config::Checked<Config>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Extension>, BuildError> {
+        let config = config.into_inner();
         // Each instance gets its own subdirectory, so two file_storage ids never collide.
         if !config.create_directory && !config.directory.is_dir() {
             return Err(BuildError::new(
@@ -172,10 +173,11 @@ mod tests {
         };
         let private = FileStorageFactory
             .create(
-                Config {
+                profcol_core::config::Checked::check(Config {
                     directory: root.join("state"),
                     ..Config::default()
-                },
+                })
+                .expect("a valid config"),
                 &ctx("a"),
             )
             .expect("create");
@@ -184,11 +186,12 @@ mod tests {
         assert_eq!(mode(&dir), 0o700);
         let shared = FileStorageFactory
             .create(
-                Config {
+                profcol_core::config::Checked::check(Config {
                     directory: root.join("shared"),
                     directory_permissions: "0750".into(),
                     ..Config::default()
-                },
+                })
+                .expect("a valid config"),
                 &ctx("b"),
             )
             .expect("create");
@@ -207,10 +210,11 @@ mod tests {
         };
         let ext = FileStorageFactory
             .create(
-                Config {
+                profcol_core::config::Checked::check(Config {
                     directory: root.clone(),
                     ..Config::default()
-                },
+                })
+                .expect("a valid config"),
                 &ctx,
             )
             .expect("create");

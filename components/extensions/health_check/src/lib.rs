@@ -61,7 +61,12 @@ impl ExtensionFactory for HealthCheckFactory {
     type Config = Config;
     const TYPE_NAME: &'static str = "health_check";
     const STABILITY: Stability = Stability::Beta;
-    fn create(&self, config: Config, _: &CreateContext) -> Result<Box<dyn Extension>, BuildError> {
+    fn create(
+        &self,
+        config: profcol_core::config::Checked<Config>,
+        _: &CreateContext,
+    ) -> Result<Box<dyn Extension>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(HealthCheck(config)))
     }
 }
@@ -181,7 +186,12 @@ mod tests {
             telemetry: Telemetry::new(),
             host: Default::default(),
         };
-        let ext = HealthCheckFactory.create(config, &ctx).expect("create");
+        let ext = HealthCheckFactory
+            .create(
+                profcol_core::config::Checked::check(config).expect("a valid config"),
+                &ctx,
+            )
+            .expect("create");
         let ectx = ExtensionContext {
             id: ctx.id.clone(),
             shutdown: stop.clone(),

@@ -41,7 +41,12 @@ impl ExtensionFactory for PprofExtensionFactory {
     const TYPE_NAME: &'static str = TYPE_NAME;
     const STABILITY: Stability = Stability::Beta;
 
-    fn create(&self, config: Config, _: &CreateContext) -> Result<Box<dyn Extension>, BuildError> {
+    fn create(
+        &self,
+        config: profcol_core::config::Checked<Config>,
+        _: &CreateContext,
+    ) -> Result<Box<dyn Extension>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(PprofExtension { config }))
     }
 }
@@ -554,7 +559,12 @@ mod tests {
                 telemetry: Telemetry::new(),
                 host: Default::default(),
             };
-            let ext = PprofExtensionFactory.create(config, &ctx).expect("create");
+            let ext = PprofExtensionFactory
+                .create(
+                    profcol_core::config::Checked::check(config).expect("a valid config"),
+                    &ctx,
+                )
+                .expect("create");
             let ectx = ExtensionContext {
                 id: ctx.id.clone(),
                 shutdown: stop.clone(),
@@ -769,10 +779,11 @@ mod tests {
         };
         let ext = PprofExtensionFactory
             .create(
-                Config {
+                profcol_core::config::Checked::check(Config {
                     endpoint: format!("127.0.0.1:{port}"),
                     ..Config::default()
-                },
+                })
+                .expect("a valid config"),
                 &ctx,
             )
             .expect("create");

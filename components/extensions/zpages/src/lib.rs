@@ -31,7 +31,12 @@ impl ExtensionFactory for ZpagesFactory {
     const TYPE_NAME: &'static str = TYPE_NAME;
     const STABILITY: Stability = Stability::Beta;
 
-    fn create(&self, config: Config, _: &CreateContext) -> Result<Box<dyn Extension>, BuildError> {
+    fn create(
+        &self,
+        config: profcol_core::config::Checked<Config>,
+        _: &CreateContext,
+    ) -> Result<Box<dyn Extension>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(Zpages { config }))
     }
 }

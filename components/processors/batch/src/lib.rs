@@ -24,9 +24,10 @@ impl ProcessorFactory for BatchFactory {
 
     fn create(
         &self,
-        config: Config,
+        config: profcol_core::config::Checked<Config>,
         ctx: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError> {
+        let config = config.into_inner();
         Ok(Box::new(BatchProcessor::new(
             &config,
             &ctx.base.telemetry,

@@ -185,9 +185,10 @@ impl ProcessorFactory for K8sAttributesFactory {
 
     fn create(
         &self,
-        config: Config,
+        config: profcol_core::config::Checked<Config>,
         ctx: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError> {
+        let config = config.into_inner();
         let id = ctx.base.id.to_string();
         let settings = Arc::new(config.settings().map_err(|errors| {
             let text: Vec<String> = errors.iter().map(ToString::to_string).collect();

@@ -26,9 +26,10 @@ impl ProcessorFactory for MemoryLimiterFactory {
 
     fn create(
         &self,
-        config: Config,
+        config: profcol_core::config::Checked<Config>,
         ctx: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError> {
+        let config = config.into_inner();
         let id = &ctx.base.id;
         let limits = config
             .limits(total_system_memory)

@@ -21,9 +21,10 @@ impl ProcessorFactory for ResourceFactory {
 
     fn create(
         &self,
-        config: Config,
+        config: profcol_core::config::Checked<Config>,
         ctx: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError> {
+        let config = config.into_inner();
         let steps = config.steps().map_err(|errors| {
             let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
             BuildError::new(&ctx.base.id, text.join("; "))

@@ -28,9 +28,10 @@ impl ProcessorFactory for ServiceNameFactory {
 
     fn create(
         &self,
-        config: Config,
+        config: profcol_core::config::Checked<Config>,
         ctx: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError> {
+        let config = config.into_inner();
         let format = config
             .format()
             .map_err(|e| BuildError::new(&ctx.base.id, e.to_string()))?;

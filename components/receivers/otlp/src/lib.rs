@@ -36,7 +36,6 @@ use profcol_core::component::{
     BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory,
     ReceiverOutput, Refused, Stability,
 };
-use profcol_core::config::Validate;
 use profcol_core::decode_budget::{DecodeBudget, DecodePermit};
 use profcol_core::pdata::types::ProfilesData;
 use profcol_core::pdata::{ClientInfo, ProfileBatch, ValidationError};
@@ -62,10 +61,12 @@ impl ReceiverFactory for OtlpReceiverFactory {
     const TYPE_NAME: &'static str = "otlp";
     const STABILITY: Stability = Stability::Alpha;
 
-    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
-        if let Some(e) = config.validate().into_iter().next() {
-            return Err(BuildError::new(&ctx.id, e.to_string()));
-        }
+    fn create(
+        &self,
+        config: profcol_core::config::Checked<Config>,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Receiver>, BuildError> {
+        let config = config.into_inner();
         let load = |protocol: &str, tls: Option<&TlsConfig>, alpn| {
             tls.map(|t| tls::load_acceptor(t, alpn))
                 .transpose()

@@ -100,7 +100,10 @@ fn spawn(config: Config, capacity: usize) -> Running {
     let grpc = addr(config.protocols.grpc.as_ref().map(|g| &g.endpoint));
     let http = addr(config.protocols.http.as_ref().map(|h| &h.endpoint));
     let receiver = OtlpReceiverFactory
-        .create(config, &create_context())
+        .create(
+            profcol_core::config::Checked::check(config).expect("a valid config"),
+            &create_context(),
+        )
         .expect("create");
     let (tx, rx) = mpsc::channel(capacity);
     let shutdown = CancellationToken::new();
@@ -972,7 +975,10 @@ async fn bad_tls_files_fail_create_with_the_file_name() {
         });
     }
     let e = OtlpReceiverFactory
-        .create(config, &create_context())
+        .create(
+            profcol_core::config::Checked::check(config).expect("a valid config"),
+            &create_context(),
+        )
         .err()
         .expect("missing file");
     let text = e.to_string();
@@ -990,7 +996,10 @@ async fn bad_tls_files_fail_create_with_the_file_name() {
         g.tls = Some(pki.server_tls(false));
     }
     let e = OtlpReceiverFactory
-        .create(config, &create_context())
+        .create(
+            profcol_core::config::Checked::check(config).expect("a valid config"),
+            &create_context(),
+        )
         .err()
         .expect("bad key");
     assert!(e.to_string().contains("key_file"), "{e}");

@@ -60,7 +60,6 @@ use profcol_core::component::{
     BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory,
     ReceiverOutput, Refused, Stability,
 };
-use profcol_core::config::Validate;
 use profcol_core::decode_budget::DecodeBudget;
 use profcol_core::pdata::types::{AnyValue, InstrumentationScope, KeyValue, Value};
 use profcol_core::pdata::{ClientInfo, ProfileBatch};
@@ -98,10 +97,12 @@ impl ReceiverFactory for PprofReceiverFactory {
     const TYPE_NAME: &'static str = "pprof";
     const STABILITY: Stability = Stability::Alpha;
 
-    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
-        if let Some(e) = config.validate().into_iter().next() {
-            return Err(BuildError::new(&ctx.id, e.to_string()));
-        }
+    fn create(
+        &self,
+        config: profcol_core::config::Checked<Config>,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Receiver>, BuildError> {
+        let config = config.into_inner();
         let remote = config
             .remote
             .as_ref()

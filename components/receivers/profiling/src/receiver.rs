@@ -12,7 +12,6 @@ use profcol_core::component::{
     BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory,
     ReceiverOutput, Stability, Started,
 };
-use profcol_core::config::Validate;
 use profcol_core::telemetry::Telemetry;
 use tokio_util::sync::CancellationToken;
 
@@ -158,10 +157,12 @@ impl ReceiverFactory for ProfilingReceiverFactory {
     const TYPE_NAME: &'static str = "profiling";
     const STABILITY: Stability = Stability::Development;
 
-    fn create(&self, config: Config, ctx: &CreateContext) -> Result<Box<dyn Receiver>, BuildError> {
-        if let Some(e) = config.validate().into_iter().next() {
-            return Err(BuildError::new(&ctx.id, e.to_string()));
-        }
+    fn create(
+        &self,
+        config: profcol_core::config::Checked<Config>,
+        ctx: &CreateContext,
+    ) -> Result<Box<dyn Receiver>, BuildError> {
+        let config = config.into_inner();
         let environment = self.environment.clone();
         let executables = ctx.host.executables().clone();
         Ok(Box::new(ProfilingReceiver {
@@ -684,7 +685,7 @@ mod tests {
         let telemetry = Telemetry::new();
         let receiver = factory
             .create(
-                config,
+                profcol_core::config::Checked::check(config).expect("a valid config"),
                 &CreateContext {
                     id: ComponentId::new("profiling", None),
                     telemetry: telemetry.clone(),
@@ -864,29 +865,19 @@ mod tests {
         assert_eq!(errors[0].path, "receivers::profiling::reporter_jiter");
     }
 
+    /// `create` takes a checked config only, so an invalid one never reaches it.
     #[test]
-    fn invalid_config_is_refused_at_create() {
-        let factory = ProfilingReceiverFactory::new(|_: &Config, _: &Filter| {
-            Ok(Box::new(FakeSource) as Box<dyn SampleSource>)
-        });
-        let err = factory
-            .create(
-                Config {
-                    max_stack_depth: 500,
-                    ..Config::default()
-                },
-                &CreateContext {
-                    id: ComponentId::new("profiling", None),
-                    telemetry: Telemetry::new(),
-                    host: Default::default(),
-                },
-            )
-            .err()
-            .expect("refused");
+    fn invalid_config_cannot_reach_create() {
+        let errors = profcol_core::config::Checked::check(Config {
+            max_stack_depth: 500,
+            ..Config::default()
+        })
+        .expect_err("refused");
         assert!(
-            err.to_string()
-                .starts_with("profiling: max_stack_depth: must be from 1 to 127"),
-            "{err}"
+            errors[0]
+                .to_string()
+                .starts_with("max_stack_depth: must be from 1 to 127"),
+            "{errors:?}"
         );
     }
 }

@@ -238,7 +238,10 @@ fn create_needs_a_runtime_and_does_no_network() {
         ..Default::default()
     };
     let e = OtlpExporterFactory
-        .create(config.clone(), &ctx)
+        .create(
+            profcol_core::config::Checked::check(config.clone()).expect("a valid config"),
+            &ctx,
+        )
         .err()
         .expect("no runtime");
     assert!(e.to_string().contains("tokio runtime"), "{e}");
@@ -249,12 +252,26 @@ fn create_needs_a_runtime_and_does_no_network() {
         .expect("runtime");
     runtime.block_on(async {
         // An unresolvable host is fine: nothing is resolved or dialled until export.
-        assert!(OtlpExporterFactory.create(config, &ctx).is_ok());
+        assert!(
+            OtlpExporterFactory
+                .create(
+                    profcol_core::config::Checked::check(config).expect("a valid config"),
+                    &ctx
+                )
+                .is_ok()
+        );
         let http = OtlpHttpExporterConfig {
             endpoint: "https://collector.invalid:4318".into(),
             ..Default::default()
         };
-        assert!(OtlpHttpExporterFactory.create(http, &ctx).is_ok());
+        assert!(
+            OtlpHttpExporterFactory
+                .create(
+                    profcol_core::config::Checked::check(http).expect("a valid config"),
+                    &ctx
+                )
+                .is_ok()
+        );
     });
 }
 

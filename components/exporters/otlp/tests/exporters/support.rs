@@ -60,7 +60,12 @@ pub fn create<F: ExporterFactory>(
     let errors = profcol_core::config::Validate::validate(&config);
     assert!(errors.is_empty(), "{errors:?}");
     let (ctx, telemetry) = context(id);
-    let exporter = factory.create(config, &ctx).expect("create");
+    let exporter = factory
+        .create(
+            profcol_core::config::Checked::check(config).expect("a valid config"),
+            &ctx,
+        )
+        .expect("create");
     (exporter, telemetry)
 }
 

@@ -164,7 +164,10 @@ async fn unreadable_or_bad_tls_files_fail_at_create() {
         ..Default::default()
     };
     let e = OtlpExporterFactory
-        .create(missing, &ctx)
+        .create(
+            profcol_core::config::Checked::check(missing).expect("a valid config"),
+            &ctx,
+        )
         .err()
         .expect("missing ca_file");
     assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
@@ -181,7 +184,10 @@ async fn unreadable_or_bad_tls_files_fail_at_create() {
         ..Default::default()
     };
     let e = OtlpHttpExporterFactory
-        .create(bad, &ctx)
+        .create(
+            profcol_core::config::Checked::check(bad).expect("a valid config"),
+            &ctx,
+        )
         .err()
         .expect("garbage ca_file");
     assert!(e.to_string().contains("garbage.pem"), "{e}");
@@ -197,7 +203,10 @@ async fn unreadable_or_bad_tls_files_fail_at_create() {
         ..Default::default()
     };
     let e = OtlpExporterFactory
-        .create(bad_key, &ctx)
+        .create(
+            profcol_core::config::Checked::check(bad_key).expect("a valid config"),
+            &ctx,
+        )
         .err()
         .expect("garbage key");
     assert!(e.to_string().contains("garbage.pem"), "{e}");

@@ -151,7 +151,7 @@ pub fn spawn(config: Config, capacity: usize) -> Running {
     let telemetry = Telemetry::new();
     let receiver = PprofReceiverFactory
         .create(
-            config,
+            profcol_core::config::Checked::check(config).expect("a valid config"),
             &CreateContext {
                 id: ComponentId::new("pprof", None),
                 telemetry: telemetry.clone(),
@@ -287,18 +287,16 @@ pub async fn post(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: 
     call(addr, http::Method::POST, path, headers, body).await
 }
 
-#[tokio::test]
-async fn invalid_config_fails_create_with_its_path() {
-    let result = PprofReceiverFactory.create(
-        Config::default(),
-        &CreateContext {
-            id: ComponentId::new("pprof", None),
-            telemetry: Telemetry::new(),
-            host: Default::default(),
-        },
+/// `create` takes a checked config only, so an invalid one never reaches it: the check
+/// refuses it, saying why.
+#[test]
+fn invalid_config_cannot_reach_create() {
+    let errors = profcol_core::config::Checked::check(Config::default())
+        .expect_err("an empty config must not create");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.to_string().contains("at least one mode")),
+        "{errors:?}"
     );
-    let Err(e) = result else {
-        panic!("an empty config must not create");
-    };
-    assert!(e.to_string().contains("at least one mode"), "{e}");
 }

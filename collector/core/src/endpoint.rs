@@ -49,6 +49,22 @@ pub async fn bind_listener(endpoint: &str) -> Result<TcpListener, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Binds `endpoint` as every listening component does: a failure is `who`'s fatal error
+/// (`who` as logs name the component: "otlp receiver", "zpages"), naming the endpoint and,
+/// for a component that listens on several, the `protocol`.
+pub async fn listen(
+    who: &str,
+    endpoint: &str,
+    protocol: Option<&str>,
+) -> Result<TcpListener, crate::component::ComponentError> {
+    bind_listener(endpoint).await.map_err(|e| {
+        let protocol = protocol.map(|p| format!(" ({p})")).unwrap_or_default();
+        crate::component::ComponentError::Fatal(format!(
+            "{who}: cannot listen on {endpoint}{protocol}: {e}"
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +97,29 @@ mod tests {
         let l = bind_listener(":0").await.expect("bind");
         assert!(l.local_addr().expect("addr").ip().is_unspecified());
         assert!(bind_listener("nowhere").await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_port_in_use_is_the_components_fatal_error() {
+        let taken = bind_listener("127.0.0.1:0").await.expect("bind");
+        let endpoint = taken.local_addr().expect("addr").to_string();
+        let grpc = listen("otlp receiver", &endpoint, Some("grpc"))
+            .await
+            .expect_err("in use")
+            .to_string();
+        assert!(
+            grpc.starts_with(&format!(
+                "otlp receiver: cannot listen on {endpoint} (grpc): "
+            )),
+            "{grpc}"
+        );
+        let plain = listen("zpages", &endpoint, None)
+            .await
+            .expect_err("in use")
+            .to_string();
+        assert!(
+            plain.starts_with(&format!("zpages: cannot listen on {endpoint}: ")),
+            "{plain}"
+        );
     }
 }

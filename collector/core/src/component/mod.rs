@@ -8,6 +8,7 @@
 mod conformance;
 mod host;
 mod id;
+mod intake;
 pub(crate) mod output;
 pub mod registry;
 
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use host::Host;
 pub use id::{ComponentId, Kind, PipelineId};
+pub use intake::Intake;
 pub use output::{Admission, ReceiverOutput, Refused};
 pub use registry::{
     ErasedExporterFactory, ErasedExtensionFactory, ErasedProcessorFactory, ErasedReceiverFactory,

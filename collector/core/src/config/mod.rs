@@ -9,6 +9,7 @@ pub mod duration;
 mod env;
 mod headers;
 mod merge;
+pub mod nullable;
 mod top_level;
 
 use std::fmt;

@@ -133,6 +133,24 @@ impl Default for ExporterHelperSettings {
     }
 }
 
+impl ExporterHelperSettings {
+    /// For exporters that write where they run (`debug`, `flamegraph`): each batch goes
+    /// straight to the exporter, with no queue and no retries; the timeout stays.
+    pub fn passthrough() -> Self {
+        ExporterHelperSettings {
+            retry: RetrySettings {
+                enabled: false,
+                ..RetrySettings::default()
+            },
+            queue: QueueSettings {
+                enabled: false,
+                ..QueueSettings::default()
+            },
+            ..ExporterHelperSettings::default()
+        }
+    }
+}
+
 /// Validates `offline` under its key, for exporters that offer offline mode.
 pub fn validate_offline_block(offline: &OfflineSettings) -> Vec<ConfigError> {
     offline

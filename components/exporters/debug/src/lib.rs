@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use profcol_core::component::{
     BuildError, ComponentId, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
 };
-use profcol_core::exporterhelper::{ExporterHelperSettings, QueueSettings, RetrySettings};
+use profcol_core::exporterhelper::ExporterHelperSettings;
 use profcol_core::pdata::ProfileBatch;
 
 pub use config::{Config, Verbosity};
@@ -32,17 +32,7 @@ impl ExporterFactory for DebugExporterFactory {
 
     /// Logging cannot fail, so there is nothing to queue or retry.
     fn helper_settings(&self, _config: &Config) -> ExporterHelperSettings {
-        ExporterHelperSettings {
-            retry: RetrySettings {
-                enabled: false,
-                ..RetrySettings::default()
-            },
-            queue: QueueSettings {
-                enabled: false,
-                ..QueueSettings::default()
-            },
-            ..ExporterHelperSettings::default()
-        }
+        ExporterHelperSettings::passthrough()
     }
 
     fn create(

@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use profcol_core::component::{
     BuildError, ComponentError, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
 };
-use profcol_core::exporterhelper::{ExporterHelperSettings, PeriodicTask, QueueSettings, disk};
+use profcol_core::exporterhelper::{ExporterHelperSettings, PeriodicTask, RetrySettings, disk};
 use profcol_core::pdata::ProfileBatch;
 use tokio::sync::Mutex;
 
@@ -46,13 +46,11 @@ impl ExporterFactory for FileExporterFactory {
     /// the order they arrive; no timeout, since a write under way cannot be called back
     /// and a retry after a timeout would write the batch twice.
     fn helper_settings(&self, _config: &Config) -> ExporterHelperSettings {
+        // A write may wait on a slow disk, and a failed one is worth another try.
         ExporterHelperSettings {
             timeout: Duration::ZERO,
-            queue: QueueSettings {
-                enabled: false,
-                ..QueueSettings::default()
-            },
-            ..ExporterHelperSettings::default()
+            retry: RetrySettings::default(),
+            ..ExporterHelperSettings::passthrough()
         }
     }
 

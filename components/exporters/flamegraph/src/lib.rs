@@ -19,9 +19,7 @@ use async_trait::async_trait;
 use profcol_core::component::{
     BuildError, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
 };
-use profcol_core::exporterhelper::{
-    ExporterHelperSettings, PeriodicTask, QueueSettings, RetrySettings,
-};
+use profcol_core::exporterhelper::{ExporterHelperSettings, PeriodicTask};
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::utc;
 
@@ -46,17 +44,7 @@ impl ExporterFactory for FlamegraphExporterFactory {
     /// Exports only add to memory: no queue (batches are taken in order) and nothing to
     /// retry.
     fn helper_settings(&self, _config: &Config) -> ExporterHelperSettings {
-        ExporterHelperSettings {
-            retry: RetrySettings {
-                enabled: false,
-                ..RetrySettings::default()
-            },
-            queue: QueueSettings {
-                enabled: false,
-                ..QueueSettings::default()
-            },
-            ..ExporterHelperSettings::default()
-        }
+        ExporterHelperSettings::passthrough()
     }
 
     fn create(

@@ -106,9 +106,8 @@ impl Extension for HealthCheck {
         let addr = resolve(&self.0.endpoint)
             .await
             .map_err(|e| ComponentError::Fatal(format!("health_check: {e}")))?;
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-            ComponentError::Fatal(format!("health_check: cannot listen on {addr}: {e}"))
-        })?;
+        let listener =
+            profcol_core::endpoint::listen("health_check", &addr.to_string(), None).await?;
         tracing::info!(endpoint = %addr, path = %self.0.path, "health check listening");
         let app = Router::new()
             .route(&self.0.path, axum::routing::get(health))

@@ -354,11 +354,7 @@ impl Extension for PprofExtension {
         if !heap_profiling_on() {
             tracing::warn!(extension = %ctx.id, "pprof: {}", heap::HeapError::Off);
         }
-        let listener = profcol_core::endpoint::bind_listener(&config.endpoint)
-            .await
-            .map_err(|e| {
-                ComponentError::Fatal(format!("pprof: cannot listen on {}: {e}", config.endpoint))
-            })?;
+        let listener = profcol_core::endpoint::listen("pprof", &config.endpoint, None).await?;
         let shown = listener
             .local_addr()
             .map_or_else(|_| config.endpoint.clone(), |a| a.to_string());

@@ -106,11 +106,7 @@ impl Extension for Zpages {
             );
         }
         let endpoint = &self.config.endpoint;
-        let listener = profcol_core::endpoint::bind_listener(endpoint)
-            .await
-            .map_err(|e| {
-                ComponentError::Fatal(format!("zpages: cannot listen on {endpoint}: {e}"))
-            })?;
+        let listener = profcol_core::endpoint::listen("zpages", endpoint, None).await?;
         let shown = listener
             .local_addr()
             .map_or_else(|_| endpoint.clone(), |a| a.to_string());

@@ -17,7 +17,7 @@ use profcol_core::endpoint::check_endpoint;
 use std::path::PathBuf;
 
 use profcol_core::config::{ConfigError, Validate};
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 pub const DEFAULT_GRPC_ENDPOINT: &str = "localhost:4317";
 pub const DEFAULT_HTTP_ENDPOINT: &str = "localhost:4318";
@@ -28,7 +28,7 @@ pub const DEFAULT_MAX_REQUEST_BODY_SIZE: u64 = 64 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub protocols: Protocols,
     /// Memory that requests being decoded may claim at once (each reserves 4 bytes per
     /// decompressed byte before decoding); past it, requests are refused as retryable
@@ -49,9 +49,9 @@ impl Default for Config {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Protocols {
-    #[serde(deserialize_with = "null_means_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_means_default")]
     pub grpc: Option<GrpcConfig>,
-    #[serde(deserialize_with = "null_means_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_means_default")]
     pub http: Option<HttpConfig>,
 }
 
@@ -116,25 +116,6 @@ pub struct TlsConfig {
     pub cert_file: Option<PathBuf>,
     pub key_file: Option<PathBuf>,
     pub client_ca_file: Option<PathBuf>,
-}
-
-/// `protocols:` with no value is the same as no protocols (which validation then names).
-fn null_is_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
-}
-
-/// `grpc:` with no value enables the protocol with its defaults (serde alone would read
-/// null as "absent").
-fn null_means_default<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
 }
 
 impl Validate for Config {

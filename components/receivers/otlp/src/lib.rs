@@ -33,17 +33,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use profcol_core::component::{
-    BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory,
-    ReceiverOutput, Refused, Stability,
+    BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory, Refused,
+    Stability,
 };
 use profcol_core::decode_budget::{DecodeBudget, DecodePermit};
+use profcol_core::endpoint::listen;
 use profcol_core::pdata::types::ProfilesData;
-use profcol_core::pdata::{ClientInfo, ProfileBatch, ValidationError};
+use profcol_core::pdata::{ProfileBatch, ValidationError};
 use profcol_core::server;
 use profcol_core::telemetry::WireBytes;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tokio_util::sync::CancellationToken;
 
 pub use config::{Config, GrpcConfig, HttpConfig, Protocols, TlsConfig};
 pub use status::{ProtoAny, ProtoDuration, RetryInfo, RpcStatus, status_json};
@@ -114,14 +114,13 @@ struct OtlpReceiver {
 impl Receiver for OtlpReceiver {
     async fn run(self: Box<Self>, ctx: ReceiverContext) -> Result<(), ComponentError> {
         let intake = Intake {
-            output: ctx.output,
-            shutdown: ctx.shutdown.clone(),
+            pipelines: profcol_core::component::Intake::new(ctx.output, ctx.shutdown.clone()),
             budget: self.budget,
         };
         // Bind both before serving either, so a port in use stops the whole receiver.
         let grpc = match self.grpc {
             Some(g) => {
-                let tcp = bind(&g.config.endpoint, "grpc").await?;
+                let tcp = listen(WHO, &g.config.endpoint, Some("grpc")).await?;
                 log_listening(&ctx.id.to_string(), "grpc", &tcp, g.tls.is_some());
                 Some((g, tcp))
             }
@@ -129,7 +128,7 @@ impl Receiver for OtlpReceiver {
         };
         let http = match self.http {
             Some(h) => {
-                let tcp = bind(&h.config.endpoint, "http").await?;
+                let tcp = listen(WHO, &h.config.endpoint, Some("http")).await?;
                 log_listening(&ctx.id.to_string(), "http", &tcp, h.tls.is_some());
                 Some((h, tcp))
             }
@@ -142,7 +141,7 @@ impl Receiver for OtlpReceiver {
                     tcp,
                     tls: g.tls,
                     http2_only: true,
-                    component: "otlp receiver",
+                    component: WHO,
                     protocol: "grpc",
                 };
                 let bytes = WireBytes::received(&ctx.telemetry, &ctx.id.to_string(), "grpc");
@@ -157,7 +156,7 @@ impl Receiver for OtlpReceiver {
                     tcp,
                     tls: h.tls,
                     http2_only: false,
-                    component: "otlp receiver",
+                    component: WHO,
                     protocol: "http",
                 };
                 let bytes = WireBytes::received(&ctx.telemetry, &ctx.id.to_string(), "http");
@@ -172,6 +171,9 @@ impl Receiver for OtlpReceiver {
     }
 }
 
+/// How logs and errors name this receiver.
+const WHO: &str = "otlp receiver";
+
 fn log_listening(id: &str, protocol: &str, tcp: &TcpListener, tls: bool) {
     match tcp.local_addr() {
         Ok(addr) => tracing::info!(id, protocol, %addr, tls, "otlp receiver listening"),
@@ -179,22 +181,10 @@ fn log_listening(id: &str, protocol: &str, tcp: &TcpListener, tls: bool) {
     }
 }
 
-async fn bind(endpoint: &str, protocol: &str) -> Result<TcpListener, ComponentError> {
-    let fatal = |e: &dyn std::fmt::Display| {
-        ComponentError::Fatal(format!(
-            "otlp receiver: cannot listen on {endpoint} ({protocol}): {e}"
-        ))
-    };
-    profcol_core::endpoint::bind_listener(endpoint)
-        .await
-        .map_err(|e| fatal(&e))
-}
-
 /// What both protocols share: the way into the pipelines, and the decoding budget.
 #[derive(Clone)]
 pub(crate) struct Intake {
-    output: ReceiverOutput,
-    shutdown: CancellationToken,
+    pipelines: profcol_core::component::Intake,
     budget: DecodeBudget,
 }
 
@@ -202,24 +192,18 @@ impl Intake {
     /// Before anything is decoded: the memory limiter's word, then a reservation for what
     /// `input_bytes` may grow into. Either refusal costs the request no decoding.
     pub(crate) fn reserve(&self, input_bytes: usize) -> Result<DecodePermit, Refused> {
-        self.output.admit()?;
+        self.pipelines.admit()?;
         self.budget.reserve(input_bytes)
     }
 
-    /// Hands the batch to the pipelines, waiting up to `deadline` for room; at shutdown it
-    /// stops waiting and answers [`Refused::ShuttingDown`], so senders retry elsewhere.
+    /// [`profcol_core::component::Intake::deliver`].
     pub(crate) async fn deliver(
         &self,
         batch: ProfileBatch,
         peer: Option<SocketAddr>,
         deadline: Duration,
     ) -> Result<(), Refused> {
-        let batch = batch.with_client(ClientInfo { addr: peer });
-        tokio::select! {
-            biased;
-            r = self.output.deliver(batch, deadline) => r,
-            _ = self.shutdown.cancelled() => Err(Refused::ShuttingDown),
-        }
+        self.pipelines.deliver(batch, peer, deadline).await
     }
 }
 

@@ -35,13 +35,13 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Push: `POST /v1/pprof`, Pyroscope's `/ingest` and Connect `Push`.
-    #[serde(deserialize_with = "null_means_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_means_default")]
     pub server: Option<ServerConfig>,
     /// Scrape: `GET <target>/debug/pprof/...` every interval.
-    #[serde(deserialize_with = "null_means_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_means_default")]
     pub remote: Option<RemoteConfig>,
     /// Files: pprof files matching globs, each read once.
-    #[serde(deserialize_with = "null_means_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_means_default")]
     pub file: Option<FileConfig>,
 }
 
@@ -83,7 +83,7 @@ pub struct RemoteConfig {
     /// How long one scrape may take; 0 means the interval.
     #[serde(with = "duration")]
     pub timeout: Duration,
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub profiles: Profiles,
 }
 
@@ -122,7 +122,7 @@ pub struct Target {
     /// Base URL, `http://host:port` (or with a path prefix); profile paths are appended.
     pub endpoint: String,
     /// Resource attributes of everything scraped from this target.
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub labels: BTreeMap<String, String>,
 }
 
@@ -201,17 +201,17 @@ impl fmt::Display for ProfileKind {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Profiles {
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub cpu: ProfileSetting,
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub heap: ProfileSetting,
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub allocs: ProfileSetting,
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub goroutine: ProfileSetting,
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub mutex: ProfileSetting,
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub block: ProfileSetting,
 }
 
@@ -277,24 +277,6 @@ impl Default for FileConfig {
             interval: DEFAULT_INTERVAL,
         }
     }
-}
-
-/// `x:` with no value is the same as `x:` absent.
-fn null_is_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
-}
-
-/// `server:` with no value enables the mode with its defaults.
-fn null_means_default<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
 }
 
 /// A string or a list of strings.

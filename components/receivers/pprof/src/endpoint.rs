@@ -22,7 +22,8 @@ use profcol_core::telemetry::WireBytes;
 use prost::bytes::Bytes;
 
 use crate::query_and_multipart::{param, query_params};
-use crate::{Intake, SCOPE_SERVER, scope, string_kv};
+use crate::{SCOPE_SERVER, scope, string_kv};
+use profcol_core::component::Intake;
 
 pub const PPROF_PATH: &str = "/v1/pprof";
 pub const INGEST_PATH: &str = "/ingest";

@@ -19,7 +19,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::FileConfig;
 use crate::glob::Pattern;
-use crate::{FILE_FAILURES_METRIC, Intake, SCOPE_FILE, scope, string_kv};
+use crate::{FILE_FAILURES_METRIC, SCOPE_FILE, scope, string_kv};
+use profcol_core::component::Intake;
 
 /// The largest file read, as stored.
 const MAX_FILE_BYTES: u64 = 64 << 20;

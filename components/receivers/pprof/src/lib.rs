@@ -50,22 +50,18 @@ pub mod fuzzing {
 }
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use http::Request;
 use hyper::body::Incoming;
 use profcol_core::component::{
-    BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory,
-    ReceiverOutput, Refused, Stability,
+    BuildError, ComponentError, CreateContext, Intake, Receiver, ReceiverContext, ReceiverFactory,
+    Stability,
 };
 use profcol_core::decode_budget::DecodeBudget;
+use profcol_core::endpoint::listen;
 use profcol_core::pdata::types::{AnyValue, InstrumentationScope, KeyValue, Value};
-use profcol_core::pdata::{ClientInfo, ProfileBatch};
 use profcol_core::server::{self, PeerAddr};
-use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 pub use config::{
     Config, FileConfig, ProfileKind, ProfileSetting, Profiles, RemoteConfig, ServerConfig, Target,
@@ -138,14 +134,11 @@ impl Receiver for PprofReceiver {
             file,
         } = *self;
         let id = ctx.id.to_string();
-        let intake = Intake {
-            output: ctx.output,
-            shutdown: ctx.shutdown.clone(),
-        };
+        let intake = Intake::new(ctx.output, ctx.shutdown.clone());
         // Bind before anything runs, so a port in use stops the receiver at once.
         let server = match server {
             Some(config) => {
-                let tcp = bind(&config.endpoint).await?;
+                let tcp = listen("pprof receiver", &config.endpoint, None).await?;
                 match tcp.local_addr() {
                     Ok(addr) => tracing::info!(id, %addr, "pprof receiver listening"),
                     Err(e) => tracing::info!(id, error = %e, "pprof receiver listening"),
@@ -198,48 +191,6 @@ impl Receiver for PprofReceiver {
         tokio::join!(serving, scraping, reading);
         tracing::info!(id, "pprof receiver stopped");
         Ok(())
-    }
-}
-
-async fn bind(endpoint: &str) -> Result<TcpListener, ComponentError> {
-    let fatal = |e: &dyn std::fmt::Display| {
-        ComponentError::Fatal(format!("pprof receiver: cannot listen on {endpoint}: {e}"))
-    };
-    profcol_core::endpoint::bind_listener(endpoint)
-        .await
-        .map_err(|e| fatal(&e))
-}
-
-/// The way into the pipelines, shared by every mode.
-#[derive(Clone)]
-pub(crate) struct Intake {
-    output: ReceiverOutput,
-    shutdown: CancellationToken,
-}
-
-impl Intake {
-    /// Asks the memory limiter before anything is decoded.
-    pub(crate) fn admit(&self) -> Result<(), Refused> {
-        self.output.admit()
-    }
-
-    /// Hands the batch to the pipelines, waiting up to `deadline` for room; at shutdown it
-    /// stops waiting and answers [`Refused::ShuttingDown`].
-    pub(crate) async fn deliver(
-        &self,
-        batch: ProfileBatch,
-        peer: Option<SocketAddr>,
-        deadline: Duration,
-    ) -> Result<(), Refused> {
-        let batch = match peer {
-            Some(addr) => batch.with_client(ClientInfo { addr: Some(addr) }),
-            None => batch,
-        };
-        tokio::select! {
-            biased;
-            r = self.output.deliver(batch, deadline) => r,
-            _ = self.shutdown.cancelled() => Err(Refused::ShuttingDown),
-        }
     }
 }
 

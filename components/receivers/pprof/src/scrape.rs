@@ -28,7 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ProfileKind, RemoteConfig, parse_base_url};
 use crate::delta::{self, DeltaState};
-use crate::{Intake, SCOPE_SCRAPE, SCRAPE_FAILURES_METRIC, scope, string_kv};
+use crate::{SCOPE_SCRAPE, SCRAPE_FAILURES_METRIC, scope, string_kv};
+use profcol_core::component::Intake;
 
 /// The largest profile read from a target, as sent and after decompression.
 const MAX_PROFILE_BYTES: usize = 32 << 20;

@@ -93,10 +93,10 @@ pub struct Config {
     /// name, build id) and file-relative address for a backend to symbolize.
     pub symbolize: bool,
     /// Processes to profile; empty lists mean every process.
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub include: ProcessSelector,
     /// Processes never to profile; wins over `include`.
-    #[serde(deserialize_with = "null_is_default")]
+    #[serde(deserialize_with = "profcol_core::config::nullable::null_is_default")]
     pub exclude: ProcessSelector,
     /// Frames kept per stack (kernel and user each); deeper stacks are cut and marked.
     pub max_stack_depth: u32,
@@ -512,15 +512,6 @@ impl<'de> Deserialize<'de> for NamePattern {
             serde::de::Error::custom(format!("invalid regex {text:?}: {last}"))
         })
     }
-}
-
-/// `x:` with no value is the same as `x:` absent.
-fn null_is_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 /// `include_env_vars`: the OTel profiler's comma-separated string (`"A,B"`, spaces

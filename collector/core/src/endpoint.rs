@@ -36,17 +36,25 @@ pub fn check_endpoint(endpoint: &str, path: &str, errors: &mut Vec<ConfigError>)
     }
 }
 
+/// Why an endpoint could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// The endpoint is not `host:port`.
+    #[error("{0}")]
+    NotAnEndpoint(&'static str),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
 /// Binds a listener on `endpoint`; `:port` means every interface, as in Go.
-pub async fn bind_listener(endpoint: &str) -> Result<TcpListener, String> {
-    let (host, port) = parse_endpoint(endpoint).map_err(str::to_owned)?;
+pub async fn bind_listener(endpoint: &str) -> Result<TcpListener, BindError> {
+    let (host, port) = parse_endpoint(endpoint).map_err(BindError::NotAnEndpoint)?;
     let address = if host.is_empty() {
         format!("0.0.0.0:{port}")
     } else {
         endpoint.to_owned()
     };
-    TcpListener::bind(address.as_str())
-        .await
-        .map_err(|e| e.to_string())
+    Ok(TcpListener::bind(address.as_str()).await?)
 }
 
 /// Binds `endpoint` as every listening component does: a failure is `who`'s fatal error
@@ -59,9 +67,10 @@ pub async fn listen(
 ) -> Result<TcpListener, crate::component::ComponentError> {
     bind_listener(endpoint).await.map_err(|e| {
         let protocol = protocol.map(|p| format!(" ({p})")).unwrap_or_default();
-        crate::component::ComponentError::Fatal(format!(
-            "{who}: cannot listen on {endpoint}{protocol}: {e}"
-        ))
+        crate::component::ComponentError::caused_by(
+            format!("{who}: cannot listen on {endpoint}{protocol}"),
+            e,
+        )
     })
 }
 
@@ -103,20 +112,20 @@ mod tests {
     async fn a_port_in_use_is_the_components_fatal_error() {
         let taken = bind_listener("127.0.0.1:0").await.expect("bind");
         let endpoint = taken.local_addr().expect("addr").to_string();
-        let grpc = listen("otlp receiver", &endpoint, Some("grpc"))
-            .await
-            .expect_err("in use")
-            .to_string();
+        let grpc = crate::errors::error_chain(
+            &listen("otlp receiver", &endpoint, Some("grpc"))
+                .await
+                .expect_err("in use"),
+        );
         assert!(
             grpc.starts_with(&format!(
                 "otlp receiver: cannot listen on {endpoint} (grpc): "
             )),
             "{grpc}"
         );
-        let plain = listen("zpages", &endpoint, None)
-            .await
-            .expect_err("in use")
-            .to_string();
+        let plain = crate::errors::error_chain(
+            &listen("zpages", &endpoint, None).await.expect_err("in use"),
+        );
         assert!(
             plain.starts_with(&format!("zpages: cannot listen on {endpoint}: ")),
             "{plain}"

@@ -45,7 +45,7 @@ pub fn run(configs: &[String], args: Args) -> anyhow::Result<()> {
         let report = match outcome {
             Ok(report) => report,
             Err(e) => {
-                unfinished.push(format!("{id}: {e}"));
+                unfinished.push(format!("{id}: {}", profcol_core::errors::error_chain(&e)));
                 continue;
             }
         };

@@ -74,7 +74,6 @@ fn init_logs(telemetry: &TelemetryConfig) -> anyhow::Result<()> {
 async fn bind_metrics(address: &str) -> anyhow::Result<tokio::net::TcpListener> {
     let listener = profcol_core::endpoint::bind_listener(address)
         .await
-        .map_err(anyhow::Error::msg)
         .with_context(|| format!("self-metrics: cannot listen on {address}"))?;
     let shown = listener
         .local_addr()

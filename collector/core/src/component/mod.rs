@@ -63,13 +63,19 @@ impl<T: DeserializeOwned + Default + Clone + Validate + Send + Sync + 'static> C
 {
 }
 
+/// An error a component passes on as the cause of its own.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Errors from creating a component out of a valid config (a file that cannot be opened,
-/// a TLS key that does not parse, an endpoint that does not resolve).
+/// a TLS key that does not parse, an endpoint that does not resolve). The text says what
+/// failed; the source, when there is one, why ([`crate::errors::error_chain`] joins them).
 #[derive(Debug, thiserror::Error)]
 #[error("{id}: {message}")]
 pub struct BuildError {
     pub id: String,
     pub message: String,
+    #[source]
+    pub source: Option<BoxError>,
 }
 
 impl BuildError {
@@ -77,16 +83,47 @@ impl BuildError {
         BuildError {
             id: id.to_string(),
             message: message.into(),
+            source: None,
+        }
+    }
+
+    /// `message` says what failed, `source` why.
+    pub fn caused_by(
+        id: &ComponentId,
+        message: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        BuildError {
+            id: id.to_string(),
+            message: message.into(),
+            source: Some(source.into()),
         }
     }
 }
 
-/// Why a running component stopped early.
+/// Why a running component stopped early. The collector cannot go on without it (a port
+/// in use, BPF refused).
 #[derive(Debug, thiserror::Error)]
 pub enum ComponentError {
-    /// The collector cannot go on without this component (a port in use, BPF refused).
     #[error("{0}")]
     Fatal(String),
+    /// `context` says what failed, `source` why.
+    #[error("{context}")]
+    FatalCausedBy {
+        context: String,
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl ComponentError {
+    /// A fatal error: `context` says what failed, `source` why.
+    pub fn caused_by(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        ComponentError::FatalCausedBy {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
 }
 
 /// What every create step gets.

@@ -160,7 +160,7 @@ async fn replay_one(
     let exporter: Arc<dyn crate::component::Exporter> = Arc::from(factory.create(parsed, &ctx)?);
     exporter
         .start()
-        .map_err(|e| BuildError::new(id, e.to_string()))?;
+        .map_err(|e| BuildError::caused_by(id, "cannot start", e))?;
     let handle = ExporterHandle::start_with_offline(
         id.clone(),
         exporter,

@@ -84,7 +84,8 @@ where
         });
         match result {
             Ok(()) => status.set(&name, ComponentStatus::Stopped),
-            Err(ComponentError::Fatal(message)) => {
+            Err(e) => {
+                let message = crate::errors::error_chain(&e);
                 tracing::error!(component = %name, error = %message, "component failed");
                 status.set(&name, ComponentStatus::FatalError(message.clone()));
                 let _ = fatal.send((name, message));

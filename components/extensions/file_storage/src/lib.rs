@@ -91,7 +91,7 @@ impl ExtensionFactory for FileStorageFactory {
             .map_err(|e| BuildError::new(&ctx.id, format!("directory_permissions {e}")))?;
         let dir = config.directory.join(ctx.id.to_string().replace('/', "_"));
         create_dir_all_with_mode(&dir, mode).map_err(|e| {
-            BuildError::new(&ctx.id, format!("cannot create {}: {e}", dir.display()))
+            BuildError::caused_by(&ctx.id, format!("cannot create {}", dir.display()), e)
         })?;
         Ok(Box::new(FileStorage { dir }))
     }

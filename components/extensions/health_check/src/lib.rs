@@ -105,7 +105,7 @@ impl Extension for HealthCheck {
     async fn run(self: Box<Self>, ctx: ExtensionContext) -> Result<(), ComponentError> {
         let addr = resolve(&self.0.endpoint)
             .await
-            .map_err(|e| ComponentError::Fatal(format!("health_check: {e}")))?;
+            .map_err(|e| ComponentError::caused_by("health_check", e))?;
         let listener =
             profcol_core::endpoint::listen("health_check", &addr.to_string(), None).await?;
         tracing::info!(endpoint = %addr, path = %self.0.path, "health check listening");
@@ -116,7 +116,7 @@ impl Extension for HealthCheck {
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await
-            .map_err(|e| ComponentError::Fatal(format!("health_check: {e}")))
+            .map_err(|e| ComponentError::caused_by("health_check", e))
     }
 }
 

@@ -362,9 +362,10 @@ impl Extension for PprofExtension {
             Some(path) => match WholeRun::start(path).await {
                 Ok(w) => Some(w),
                 Err(e) => {
-                    return Err(ComponentError::Fatal(format!(
-                        "pprof: save_to_file cannot record: {e}"
-                    )));
+                    return Err(ComponentError::caused_by(
+                        "pprof: save_to_file cannot record",
+                        e,
+                    ));
                 }
             },
             None => None,
@@ -384,7 +385,7 @@ impl Extension for PprofExtension {
         if let Some(w) = whole_run {
             w.finish().await;
         }
-        served.map_err(|e| ComponentError::Fatal(format!("pprof: {e}")))
+        served.map_err(|e| ComponentError::caused_by("pprof", e))
     }
 }
 
@@ -794,7 +795,10 @@ mod tests {
             .expect("runtime")
             .block_on(ext.run(ectx));
         match result {
-            Err(ComponentError::Fatal(m)) => assert!(m.contains("cannot listen"), "{m}"),
+            Err(e) => {
+                let m = profcol_core::errors::error_chain(&e);
+                assert!(m.contains("cannot listen"), "{m}");
+            }
             Ok(()) => panic!("ran on a port in use"),
         }
     }

@@ -120,7 +120,7 @@ impl Extension for Zpages {
         axum::serve(listener, router(state))
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await
-            .map_err(|e| ComponentError::Fatal(format!("zpages: {e}")))
+            .map_err(|e| ComponentError::caused_by("zpages", e))
     }
 }
 

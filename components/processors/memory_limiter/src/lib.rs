@@ -37,7 +37,7 @@ impl ProcessorFactory for MemoryLimiterFactory {
         // Fail now, not silently at every check, where memory use cannot be read.
         let used = HeapInUse
             .used_bytes()
-            .map_err(|e| BuildError::new(id, format!("cannot measure memory use: {e}")))?;
+            .map_err(|e| BuildError::caused_by(id, "cannot measure memory use", e))?;
         tracing::info!(
             processor = %id,
             pipeline = ctx.pipeline.as_str(),

@@ -70,7 +70,7 @@ impl ReceiverFactory for OtlpReceiverFactory {
         let load = |protocol: &str, tls: Option<&TlsConfig>, alpn| {
             tls.map(|t| tls::load_acceptor(t, alpn))
                 .transpose()
-                .map_err(|e| BuildError::new(&ctx.id, format!("protocols::{protocol}: {e}")))
+                .map_err(|e| BuildError::caused_by(&ctx.id, format!("protocols::{protocol}"), e))
         };
         let grpc = match config.protocols.grpc {
             Some(c) => Some(GrpcSetup {

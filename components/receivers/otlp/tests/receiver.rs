@@ -726,7 +726,8 @@ async fn a_port_in_use_is_fatal() {
         .expect("returns")
         .expect("no panic");
     match result {
-        Err(ComponentError::Fatal(m)) => {
+        Err(e) => {
+            let m = profcol_core::errors::error_chain(&e);
             assert!(
                 m.starts_with(&format!("otlp receiver: cannot listen on 127.0.0.1:{port}")),
                 "{m}"
@@ -981,7 +982,7 @@ async fn bad_tls_files_fail_create_with_the_file_name() {
         )
         .err()
         .expect("missing file");
-    let text = e.to_string();
+    let text = profcol_core::errors::error_chain(&e);
     assert!(
         text.starts_with("otlp: protocols::http: tls cert_file"),
         "{text}"
@@ -1002,5 +1003,6 @@ async fn bad_tls_files_fail_create_with_the_file_name() {
         )
         .err()
         .expect("bad key");
-    assert!(e.to_string().contains("key_file"), "{e}");
+    let text = profcol_core::errors::error_chain(&e);
+    assert!(text.contains("key_file"), "{text}");
 }

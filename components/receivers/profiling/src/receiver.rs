@@ -200,7 +200,7 @@ impl Receiver for ProfilingReceiver {
         };
         tokio::task::spawn_blocking(move || looped.run(config, opener.as_ref(), environment()))
             .await
-            .map_err(|e| ComponentError::Fatal(format!("profiling receiver thread failed: {e}")))?
+            .map_err(|e| ComponentError::caused_by("profiling receiver thread failed", e))?
     }
 }
 
@@ -331,10 +331,10 @@ impl Loop {
                 return Ok(());
             }
             Err(e) => {
-                return Err(ComponentError::Fatal(format!(
-                    "{}: cannot start the sampler: {e}",
-                    self.id
-                )));
+                return Err(ComponentError::caused_by(
+                    format!("{}: cannot start the sampler", self.id),
+                    e,
+                ));
             }
         };
         let interval = config.reporter_interval.max(Duration::from_millis(1));
@@ -360,10 +360,10 @@ impl Loop {
                 SourceEvent::Process(p) => engine.on_process_event(p),
             });
             if let Err(e) = polled {
-                break Err(ComponentError::Fatal(format!(
-                    "{}: the sampler stopped: {e}",
-                    self.id
-                )));
+                break Err(ComponentError::caused_by(
+                    format!("{}: the sampler stopped", self.id),
+                    e,
+                ));
             }
             if let Some(maps) = source.unwind_maps() {
                 engine.sync_unwinding(maps);
@@ -809,7 +809,7 @@ mod tests {
         let (task, _rx, _shutdown, _t) = start(&factory, Config::default());
         let err = task.await.expect("joins").expect_err("fatal");
         assert_eq!(
-            err.to_string(),
+            profcol_core::errors::error_chain(&err),
             "profiling: cannot start the sampler: BPF refused: operation not permitted"
         );
     }

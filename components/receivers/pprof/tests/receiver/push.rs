@@ -294,7 +294,10 @@ async fn a_port_in_use_is_fatal() {
         .await
         .expect("returns");
     match result {
-        Err(ComponentError::Fatal(m)) => assert!(m.contains("cannot listen"), "{m}"),
+        Err(e) => {
+            let m = profcol_core::errors::error_chain(&e);
+            assert!(m.contains("cannot listen"), "{m}");
+        }
         other => panic!("expected a fatal error, got {other:?}"),
     }
 }

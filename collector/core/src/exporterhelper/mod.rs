@@ -94,21 +94,9 @@ pub struct ExporterHandle {
 impl ExporterHandle {
     /// Wraps `exporter` and starts the queue's consumers. `storage` is the directory of the
     /// storage extension the queue names, if any; `panics` counts panics caught in the
-    /// exporter (see [`panic_counter`]).
+    /// exporter (see [`panic_counter`]); `offline` is the folder `settings.offline`
+    /// configures, opened by the caller (the service graph opens it).
     pub fn start(
-        id: ComponentId,
-        exporter: Arc<dyn Exporter>,
-        settings: &ExporterHelperSettings,
-        counters: ExporterCounters,
-        panics: Counter,
-        storage: Option<PathBuf>,
-    ) -> Result<Self, String> {
-        Self::start_with_offline(id, exporter, settings, counters, panics, storage, None)
-    }
-
-    /// [`start`](Self::start), with the offline folder `settings.offline` configures,
-    /// opened by the caller.
-    pub fn start_with_offline(
         id: ComponentId,
         exporter: Arc<dyn Exporter>,
         settings: &ExporterHelperSettings,
@@ -885,6 +873,7 @@ mod tests {
             counters(&t),
             panics(&t),
             None,
+            None,
         )
         .expect("start");
         h.consume(batch(3)).await.expect("sent in the end");
@@ -906,6 +895,7 @@ mod tests {
             &settings(false),
             counters(&t),
             panics(&t),
+            None,
             None,
         )
         .expect("start");
@@ -929,6 +919,7 @@ mod tests {
             &settings(false),
             counters(&t),
             panics(&t),
+            None,
             None,
         )
         .expect("start");
@@ -962,6 +953,7 @@ mod tests {
             counters(&t),
             panics(&t),
             None,
+            None,
         )
         .expect("start");
         let started = tokio::time::Instant::now();
@@ -982,6 +974,7 @@ mod tests {
             &s,
             counters(&t),
             panics(&t),
+            None,
             None,
         )
         .expect("start");
@@ -1020,6 +1013,7 @@ mod tests {
             counters(&t),
             panics(&t),
             Some(dir.clone()),
+            None,
         )
         .expect("start");
         for _ in 0..3 {
@@ -1035,6 +1029,7 @@ mod tests {
             counters(&t),
             panics(&t),
             Some(dir.clone()),
+            None,
         )
         .expect("restart");
         h.shutdown(Duration::from_secs(5)).await;
@@ -1082,6 +1077,7 @@ mod tests {
             counters(&t),
             panics(&t),
             None,
+            None,
         )
         .expect("start");
         for n in [1, 13, 2, 13, 3] {
@@ -1117,6 +1113,7 @@ mod tests {
             &settings(false),
             counters(&t),
             panics(&t),
+            None,
             None,
         )
         .expect("start");
@@ -1201,6 +1198,7 @@ mod tests {
             counters(&t),
             panics(&t),
             None,
+            None,
         )
         .expect("start");
         let started = tokio::time::Instant::now();
@@ -1283,6 +1281,7 @@ mod tests {
             counters(&t),
             panics(&t),
             Some(disk.dir.clone()),
+            None,
         )
         .expect("start");
         let queue_dir = disk.dir.join("exporter_scripted");
@@ -1339,6 +1338,7 @@ mod tests {
             counters(&t),
             panics(&t),
             Some(root.clone()),
+            None,
         )
         .expect("start");
         h.shutdown(Duration::from_secs(5)).await;
@@ -1384,6 +1384,7 @@ mod tests {
             counters(&t),
             panics(&t),
             Some(disk.dir.clone()),
+            None,
         )
         .expect("start");
         // The one consumer is busy (for an hour) with the first batch.
@@ -1408,6 +1409,7 @@ mod tests {
             counters(&t),
             panics(&t),
             Some(disk.dir.clone()),
+            None,
         )
         .expect("restart");
         h.shutdown(Duration::from_secs(5)).await;
@@ -1451,6 +1453,7 @@ mod tests {
                 &patient,
                 ExporterCounters::new(&t, &format!("scripted/{name}")),
                 panics(&t),
+                None,
                 None,
             )
             .expect("start")
@@ -1506,6 +1509,7 @@ mod tests {
             &settings(false),
             counters(&t),
             panics(&t),
+            None,
             None,
         )
         .expect("start");
@@ -1603,16 +1607,8 @@ mod tests {
         let id = ComponentId::new("scripted", None);
         let store = crate::service::open_offline_for_test(&settings.offline, t, &id)
             .expect("offline folder");
-        ExporterHandle::start_with_offline(
-            id,
-            exporter,
-            settings,
-            counters(t),
-            panics(t),
-            None,
-            store,
-        )
-        .expect("start")
+        ExporterHandle::start(id, exporter, settings, counters(t), panics(t), None, store)
+            .expect("start")
     }
 
     /// An outage: failed batches, then (past `after`) every batch, go to the folder instead

@@ -383,7 +383,7 @@ impl Graph {
                 .map_err(|e| e.to_string())
                 .and_then(|()| open_offline(&node.settings.offline, &telemetry, &id))
                 .and_then(|offline| {
-                    ExporterHandle::start_with_offline(
+                    ExporterHandle::start(
                         id.clone(),
                         node.exporter,
                         &node.settings,

@@ -161,7 +161,7 @@ async fn replay_one(
     exporter
         .start()
         .map_err(|e| BuildError::caused_by(id, "cannot start", e))?;
-    let handle = ExporterHandle::start_with_offline(
+    let handle = ExporterHandle::start(
         id.clone(),
         exporter,
         &settings,

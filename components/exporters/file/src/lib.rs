@@ -789,6 +789,7 @@ mod tests {
             profcol_core::telemetry::ExporterCounters::new(&t, "file"),
             panic_counter(&t, "exporter/file"),
             None,
+            None,
         )
         .expect("start");
         handle.consume(numbered(1)).await.expect("written");

@@ -10,7 +10,12 @@
 /// profcol_core::component_conformance!(exporter: OtlpExporterFactory, "otlp", Alpha, default_errors: ["endpoint"]);
 /// // A second factory in the same crate names its module:
 /// profcol_core::component_conformance!(mod otlphttp_conformance; exporter: OtlpHttpExporterFactory, "otlphttp", Alpha);
+/// // A component that cannot start in a unit test says why:
+/// profcol_core::component_conformance!(receiver: ProfilingReceiverFactory, "profiling", Development, no_lifecycle: "loads BPF");
 /// ```
+///
+/// Each component's `testdata/lifecycle.yaml` is the config the create/start/shutdown
+/// check runs with.
 ///
 /// The crate needs `profcol-core` with the `testkit` feature among its dev-dependencies.
 #[macro_export]
@@ -18,7 +23,16 @@ macro_rules! component_conformance {
     ($kind:ident: $factory:expr, $($rest:tt)*) => {
         $crate::component_conformance!(mod component_conformance; $kind: $factory, $($rest)*);
     };
-    (mod $module:ident; $kind:ident: $factory:expr, $type_name:literal, $stability:ident $(, default_errors: [$($error:literal),* $(,)?])? $(,)?) => {
+    (@lifecycle) => {
+        #[test]
+        fn creates_starts_and_shuts_down_twice() {
+            spec().lifecycle_in_a_runtime(&registry());
+        }
+    };
+    // A component whose start needs what a unit test does not have names why, and its
+    // own tests start and stop it.
+    (@lifecycle $why:literal) => {};
+    (mod $module:ident; $kind:ident: $factory:expr, $type_name:literal, $stability:ident $(, default_errors: [$($error:literal),* $(,)?])? $(, no_lifecycle: $why:literal)? $(,)?) => {
         #[cfg(test)]
         mod $module {
             #[allow(unused_imports)]
@@ -60,6 +74,8 @@ macro_rules! component_conformance {
             fn typo_is_refused_at_its_key() {
                 spec().typo(&registry());
             }
+
+            $crate::component_conformance!(@lifecycle $($why)?);
         }
     };
 }

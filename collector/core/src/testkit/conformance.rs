@@ -1,12 +1,27 @@
 //! The checks every component passes the same way, generated into each component crate
 //! by [`component_conformance!`](crate::component_conformance): its factory's type name
-//! and stability, its default config, `testdata/config.yaml` valid, and
-//! `testdata/typo.yaml` refused at its misspelt key.
+//! and stability, its default config, `testdata/config.yaml` valid,
+//! `testdata/typo.yaml` refused at its misspelt key, and a create, start and shutdown
+//! from `testdata/lifecycle.yaml`, twice.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use crate::component::{Kind, Registry, Stability};
+use tokio_util::sync::CancellationToken;
+
+use crate::component::{
+    ComponentId, CreateContext, ExtensionContext, Kind, PipelineId, ProcessorCreateContext,
+    ReceiverContext, ReceiverOutput, Registry, Stability, Started,
+};
 use crate::config::{Value, parse_yaml};
+use crate::service::Status;
+use crate::telemetry::Telemetry;
+
+/// In `testdata/lifecycle.yaml`, replaced by a fresh scratch directory.
+pub const SCRATCH: &str = "@SCRATCH@";
+
+/// How long a component may take to start, and to stop once told.
+const STEP: Duration = Duration::from_secs(20);
 
 /// One component's expectations.
 pub struct Conformance {
@@ -23,9 +38,15 @@ impl Conformance {
     /// A testdata file: the component's config, or a collector config holding it under
     /// its section and type name (for a crate with two factories).
     fn testdata(&self, name: &str) -> Value {
+        self.testdata_in(name, Path::new(""))
+    }
+
+    /// [`Conformance::testdata`], with [`SCRATCH`] replaced by `scratch`.
+    fn testdata_in(&self, name: &str, scratch: &Path) -> Value {
         let path = Path::new(self.dir).join("testdata").join(name);
-        let text =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .replace(SCRATCH, &scratch.display().to_string());
         let value = parse_yaml(name, &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         match value
             .get(self.kind.section())
@@ -85,6 +106,150 @@ impl Conformance {
             !key.is_empty() && error.message.starts_with(&format!("unknown field `{key}`")),
             "the typo's error names its key at its path: {error}"
         );
+    }
+}
+
+impl Conformance {
+    /// Creates, starts and shuts down the component from `testdata/lifecycle.yaml` (a
+    /// config that needs nothing outside the test: port 0, [`SCRATCH`] for folders),
+    /// twice over: a second run right after the first finds nothing the first left
+    /// behind (a port, a lock, process-wide state). A receiver or extension must keep
+    /// running until told to stop, and stop when told.
+    pub fn lifecycle_in_a_runtime(&self, registry: &Registry) {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(self.lifecycle(registry));
+    }
+
+    /// [`Conformance::lifecycle_in_a_runtime`], in the caller's runtime.
+    pub async fn lifecycle(&self, registry: &Registry) {
+        for run in 1..=2 {
+            let scratch = Scratch::new(self.type_name, run);
+            let value = self.testdata_in("lifecycle.yaml", &scratch.0);
+            let config = registry
+                .parse(self.kind, self.type_name, &value)
+                .unwrap_or_else(|e| panic!("testdata/lifecycle.yaml is invalid: {e:?}"));
+            let id = ComponentId::new(self.type_name, Some("conformance"));
+            let ctx = CreateContext {
+                id: id.clone(),
+                telemetry: Telemetry::new(),
+                host: Default::default(),
+            };
+            let what = format!("run {run} of {id}");
+            match self.kind {
+                Kind::Receiver => {
+                    let factory = &registry.receivers[self.type_name];
+                    let receiver = factory
+                        .create(&config, &ctx)
+                        .unwrap_or_else(|e| panic!("{what}: create: {e}"));
+                    let (tx, _rx) = tokio::sync::mpsc::channel(16);
+                    let (started, mut ready) = Started::new();
+                    let shutdown = CancellationToken::new();
+                    let task = tokio::spawn(receiver.run(ReceiverContext {
+                        id,
+                        output: ReceiverOutput::for_test(vec![tx]),
+                        started,
+                        shutdown: shutdown.clone(),
+                        telemetry: ctx.telemetry.clone(),
+                    }));
+                    tokio::time::timeout(STEP, ready.wait_for(|ready| *ready))
+                        .await
+                        .unwrap_or_else(|_| panic!("{what}: not ready within {STEP:?}"))
+                        .unwrap_or_else(|_| panic!("{what}: returned before it was ready"));
+                    assert!(!task.is_finished(), "{what}: stopped before it was told to");
+                    shutdown.cancel();
+                    stopped(&what, task).await;
+                }
+                Kind::Extension => {
+                    let factory = &registry.extensions[self.type_name];
+                    let extension = factory
+                        .create(&config, &ctx)
+                        .unwrap_or_else(|e| panic!("{what}: create: {e}"));
+                    let shutdown = CancellationToken::new();
+                    let task = tokio::spawn(extension.run(ExtensionContext {
+                        id,
+                        shutdown: shutdown.clone(),
+                        telemetry: ctx.telemetry.clone(),
+                        status: Status::new(),
+                        graph: Default::default(),
+                    }));
+                    // Extensions say nothing when they are up: give it a moment to fail.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    assert!(!task.is_finished(), "{what}: stopped before it was told to");
+                    shutdown.cancel();
+                    stopped(&what, task).await;
+                }
+                Kind::Processor => {
+                    let factory = &registry.processors[self.type_name];
+                    let pipeline = PipelineId::parse("profiles").expect("a pipeline id");
+                    let mut processor = factory
+                        .create(
+                            &config,
+                            &ProcessorCreateContext {
+                                base: ctx,
+                                pipeline,
+                            },
+                        )
+                        .unwrap_or_else(|e| panic!("{what}: create: {e}"));
+                    let mut out = Vec::new();
+                    tokio::time::timeout(STEP, processor.shutdown(&mut out))
+                        .await
+                        .unwrap_or_else(|_| panic!("{what}: shutdown took over {STEP:?}"))
+                        .unwrap_or_else(|e| panic!("{what}: shutdown: {e}"));
+                    assert!(out.is_empty(), "{what}: flushed batches it was never given");
+                }
+                Kind::Exporter => {
+                    let factory = &registry.exporters[self.type_name];
+                    let exporter = factory
+                        .create(&config, &ctx)
+                        .unwrap_or_else(|e| panic!("{what}: create: {e}"));
+                    exporter
+                        .start()
+                        .unwrap_or_else(|e| panic!("{what}: start: {e}"));
+                    tokio::time::timeout(STEP, exporter.shutdown())
+                        .await
+                        .unwrap_or_else(|_| panic!("{what}: shutdown took over {STEP:?}"))
+                        .unwrap_or_else(|e| panic!("{what}: shutdown: {e}"));
+                }
+            }
+        }
+    }
+}
+
+/// Waits for a receiver's or extension's task to end, cleanly, once told to stop.
+async fn stopped(
+    what: &str,
+    task: tokio::task::JoinHandle<Result<(), crate::component::ComponentError>>,
+) {
+    match tokio::time::timeout(STEP, task).await {
+        Err(_) => panic!("{what}: still running {STEP:?} after it was told to stop"),
+        Ok(Err(e)) => panic!("{what}: panicked: {e}"),
+        Ok(Ok(Err(e))) => panic!("{what}: {}", crate::errors::error_chain(&e)),
+        Ok(Ok(Ok(()))) => {}
+    }
+}
+
+/// A folder of its own for one run, removed afterwards.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(type_name: &str, run: u32) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "profcol-conformance-{type_name}-{}-{run}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

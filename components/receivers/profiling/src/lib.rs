@@ -850,7 +850,8 @@ fn user_address(index: usize, frame: u64) -> u64 {
 profcol_core::component_conformance!(
     receiver: ProfilingReceiverFactory::new(bpf_source::BpfOpener),
     "profiling",
-    Development
+    Development,
+    no_lifecycle: "it loads BPF; receiver.rs starts and stops it against a fake sampler, and the eBPF tests for real"
 );
 
 #[cfg(test)]

@@ -170,8 +170,10 @@ pub enum Event {
 }
 
 /// One sample: what was running on a CPU when the sampling clock fired, or (with
-/// [`Sample::off_cpu_ns`]) where a thread was when it left the CPU.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// [`Sample::off_cpu_ns`]) where a thread was when it left the CPU. This one type goes
+/// from the ring buffer to the profiling receiver's engine; the default is an empty
+/// sample (for samplers other than this one, and tests).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Sample {
     /// Process id (tgid), in the initial pid namespace.
     pub pid: u32,

@@ -2,10 +2,12 @@
 //! same way: no dependency here (the fuzz targets compile this file in by itself).
 
 /// Why the walk of a user stack ended (`enum unwind_end`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum UnwindEnd {
     /// The unwind information marks the outermost frame (`_start`, a
     /// thread's start routine), or a return address was 0: the stack is whole.
+    /// The default: an empty stack is whole.
+    #[default]
     Outermost,
     /// A frame-pointer step reached the end of the chain (a zero frame
     /// pointer or return address).

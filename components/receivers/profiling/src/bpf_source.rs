@@ -7,8 +7,8 @@ use profcol_bpf::{Event, OffCpuShare, Profiler, ProfilerConfig, monotonic_to_uni
 
 use crate::config::{Config, Filter};
 use crate::receiver::{SampleSource, SourceError, SourceEvent, SourceOpener};
-use crate::unwind::{UnwindMaps, UnwindStatus};
-use crate::{ProcessEvent, RawSample};
+use crate::unwind::UnwindMaps;
+use crate::{ProcessEvent, SampleClock};
 
 /// The BPF ring buffer's size.
 const RING_BUFFER_BYTES: usize = 1 << 20;
@@ -48,28 +48,18 @@ impl SourceOpener for BpfOpener {
         );
         Ok(Box::new(BpfSource {
             profiler,
-            clock_offset: monotonic_to_unix_nanos_offset(),
-            off_cpu_probability: settings.off_cpu.probability(),
+            clock: SampleClock {
+                to_unix_nanos: monotonic_to_unix_nanos_offset(),
+                off_cpu_share: settings.off_cpu.probability(),
+            },
         }))
     }
 }
 
 struct BpfSource {
     profiler: Profiler,
-    /// Added to the BPF clock (monotonic) to get wall time.
-    clock_offset: i128,
-    /// The chance a switch-out was recorded: each recorded time stands for 1/p of them.
-    off_cpu_probability: f64,
-}
-
-/// An off-CPU time recorded with probability `p`, scaled to what it stands for
-/// (Horvitz-Thompson: the sum of the scaled times estimates the total without bias).
-pub fn scale_off_cpu_nanos(nanos: u64, p: f64) -> u64 {
-    if p >= 1.0 || p <= 0.0 || p.is_nan() {
-        return nanos;
-    }
-    // Saturates at u64::MAX (float to int casts do), which no real wait reaches.
-    (nanos as f64 / p).round() as u64
+    /// The BPF clock (monotonic) to wall time, and the off-CPU share recorded.
+    clock: SampleClock,
 }
 
 impl SampleSource for BpfSource {
@@ -78,32 +68,10 @@ impl SampleSource for BpfSource {
         timeout: Duration,
         sink: &mut dyn FnMut(SourceEvent),
     ) -> Result<(), SourceError> {
-        let offset = self.clock_offset;
-        let p = self.off_cpu_probability;
         self.profiler
             .poll(timeout, &mut |event| {
                 let event = match event {
-                    Event::Sample(s) => SourceEvent::Sample(RawSample {
-                        pid: s.pid,
-                        tid: s.tid,
-                        cpu: s.cpu,
-                        comm: s.comm,
-                        cgroup_id: s.cgroup_id,
-                        time_unix_nano: u64::try_from(i128::from(s.time_ns) + offset).unwrap_or(0),
-                        kernel_stack: s.kernel_stack,
-                        user_stack: s.user_stack,
-                        kernel_truncated: s.kernel_truncated,
-                        user_truncated: s.user_truncated,
-                        unwind: UnwindStatus {
-                            end: Some(s.unwind_end),
-                            unknown_mapping: s.unknown_mapping,
-                            missing_table: s.missing_table,
-                        },
-                        stack_copy: s.stack_copy,
-                        off_cpu_ns: s.off_cpu_ns.map(|ns| scale_off_cpu_nanos(ns, p)),
-                        python_stack: s.python_stack,
-                        python_end: s.python_end,
-                    }),
+                    Event::Sample(s) => SourceEvent::Sample(s),
                     Event::Exec { pid, filename } => {
                         SourceEvent::Process(ProcessEvent::Exec { pid, filename })
                     }
@@ -120,6 +88,10 @@ impl SampleSource for BpfSource {
             })
             .map(|_| ())
             .map_err(|e| SourceError(e.to_string()))
+    }
+
+    fn sample_clock(&self) -> SampleClock {
+        self.clock
     }
 
     fn lost_samples(&self) -> u64 {

@@ -1,6 +1,6 @@
 //! `profiling` receiver, user side: raw eBPF CPU samples in, OTLP profiles out.
 //!
-//! The BPF sampler (`profcol-bpf`, driven by [`bpf_source`]) hands over [`RawSample`]s and [`ProcessEvent`]s; the
+//! The BPF sampler (`profcol-bpf`, driven by [`bpf_source`]) hands over [`Sample`]s and [`ProcessEvent`]s; the
 //! [`Engine`] tracks processes ([`process`]), resolves user addresses to (mapping, file
 //! offset), symbolizes on the host ([`symbolize`]: kallsyms, ELF/DWARF through blazesym,
 //! Go's `.gopclntab`) and builds one [`ProfileBatch`] per flush ([`profile_builder`]) in the shape
@@ -46,44 +46,45 @@ pub use receiver::{
 };
 pub use symbolize::{FrameType, Symbolizer, SymbolizerOptions};
 
-/// One sample from the BPF sampler.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RawSample {
-    /// Thread group id (the process).
-    pub pid: u32,
-    /// Thread id.
-    pub tid: u32,
-    pub cpu: u32,
-    /// The thread's name (`comm`).
-    pub comm: String,
-    /// Not used: the container comes from `/proc/<pid>/cgroup`.
-    pub cgroup_id: u64,
-    /// Wall-clock time of the sample (unix ns; the sampler converts from boot time). 0
-    /// means "now".
-    pub time_unix_nano: u64,
-    /// Kernel return addresses, leaf first (empty when the sample hit user space).
-    pub kernel_stack: Vec<u64>,
-    /// User return addresses, leaf first.
-    pub user_stack: Vec<u64>,
-    /// Whether the sampler cut the kernel stack short.
-    pub kernel_truncated: bool,
-    /// Whether the sampler cut the user stack short.
-    pub user_truncated: bool,
-    /// What the sampler's walk of the user stack met.
-    pub unwind: unwind::UnwindStatus,
-    /// For a process the walker did not know yet: its registers and the top of its
-    /// stack, unwound here once its tables are loaded (`user_stack` holds the
-    /// frame-pointer walk meanwhile).
-    pub stack_copy: Option<profcol_bpf::StackCopy>,
-    /// An off-CPU sample: the nanoseconds the thread was off the CPU, already divided by
-    /// the share of switches recorded (so that totals are unbiased). `None`: a CPU sample.
-    pub off_cpu_ns: Option<u64>,
-    /// Python frames of the thread, innermost first, where its process runs CPython:
-    /// they take the place of the interpreter's native evaluator frames.
-    pub python_stack: Vec<profcol_bpf::PythonFrame>,
-    /// Why the sampler's Python walk ended (`Depth`: the outermost Python frames are
-    /// missing).
-    pub python_end: profcol_bpf::PythonEnd,
+/// One sample from the sampler, as the ring buffer gave it: its time on the sampler's
+/// clock and its off-CPU time as recorded, which [`SampleClock`] turns into Unix time and
+/// an unbiased duration.
+pub use profcol_bpf::Sample;
+
+/// How a sampler's sample times and off-CPU durations read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleClock {
+    /// Added to [`Sample::time_ns`] for Unix nanoseconds; 0 for a sampler that gives Unix
+    /// time. A sample whose time comes out as 0 gets the time it was read.
+    pub to_unix_nanos: i128,
+    /// The chance a switch-out was recorded: each recorded off-CPU time stands for 1/p.
+    pub off_cpu_share: f64,
+}
+
+impl Default for SampleClock {
+    fn default() -> Self {
+        SampleClock {
+            to_unix_nanos: 0,
+            off_cpu_share: 1.0,
+        }
+    }
+}
+
+impl SampleClock {
+    fn unix_nanos(&self, time_ns: u64) -> u64 {
+        u64::try_from(i128::from(time_ns) + self.to_unix_nanos).unwrap_or(0)
+    }
+
+    /// An off-CPU time scaled to what it stands for (Horvitz-Thompson: the sum of the
+    /// scaled times estimates the total without bias).
+    pub fn off_cpu_nanos(&self, recorded: u64) -> u64 {
+        let p = self.off_cpu_share;
+        if p >= 1.0 || p <= 0.0 || p.is_nan() {
+            return recorded;
+        }
+        // Saturates at u64::MAX (float to int casts do), which no real wait reaches.
+        (recorded as f64 / p).round() as u64
+    }
 }
 
 /// A process lifecycle event from the sampler (pids are thread-group ids).
@@ -252,7 +253,7 @@ pub struct Engine {
     counters: Arc<BadInputCounters>,
     unwinder: unwind::Unwinder,
     /// Samples with a stack copy, waiting for their process's tables, and when they came.
-    deferred: Vec<(RawSample, u64)>,
+    deferred: Vec<(Sample, u64)>,
     probabilistic: schedule::Probabilistic,
     random: Box<dyn schedule::Random>,
     /// When the machine booted (unix ns), for process ages; `None` when unknown.
@@ -263,6 +264,8 @@ pub struct Engine {
     refusals: Vec<(u32, bool)>,
     /// Code objects of the Python processes sampled.
     python_codes: python::CodeCache,
+    /// How the sampler's times and off-CPU durations read.
+    clock: SampleClock,
 }
 
 /// Samples with stack copies held at most (8 KiB each); more are added with the
@@ -338,6 +341,7 @@ impl Engine {
             refused: HashSet::new(),
             refusals: Vec::new(),
             python_codes: python::CodeCache::default(),
+            clock: SampleClock::default(),
             config,
             env,
             table,
@@ -427,7 +431,7 @@ impl Engine {
             {
                 sample.user_stack = frames;
                 sample.user_truncated = !end.is_complete();
-                sample.unwind.end = Some(end);
+                sample.unwind_end = end;
                 self.stats.stack_copies_unwound += 1;
             }
             self.add_sample(sample, now);
@@ -448,9 +452,15 @@ impl Engine {
         self.unwinder.stats()
     }
 
+    /// How the sampler's times and off-CPU durations read (the default: Unix time, every
+    /// switch recorded).
+    pub fn set_sample_clock(&mut self, clock: SampleClock) {
+        self.clock = clock;
+    }
+
     /// Records one sample: resolves its process (reading `/proc/<pid>` if the pid is new),
     /// drops it if the filter refuses the process, and turns its addresses into frames.
-    pub fn on_sample(&mut self, sample: RawSample) {
+    pub fn on_sample(&mut self, sample: Sample) {
         self.stats.samples_received += 1;
         let walk = match sample.python_end {
             profcol_bpf::PythonEnd::None => None,
@@ -478,7 +488,7 @@ impl Engine {
             self.stats.samples_young_dropped += 1;
             return;
         }
-        if sample.unwind.end == Some(profcol_bpf::UnwindEnd::InExec) {
+        if sample.unwind_end == profcol_bpf::UnwindEnd::InExec {
             self.on_sample_in_exec(sample, now);
             return;
         }
@@ -490,7 +500,7 @@ impl Engine {
             if process.loaded && !process.unread && pid != 0 && self.refused.insert(pid) {
                 self.refusals.push((pid, true));
             }
-            self.unwinder.on_sample(pid, &sample.unwind, false);
+            self.unwinder.on_sample(pid, &unwind_status(&sample), false);
             return;
         }
         if let Some(parent) = process.forked_from.filter(|_| process.unread) {
@@ -501,7 +511,8 @@ impl Engine {
         let image = self.table.fork_image(pid).unwrap_or(pid);
         self.table.ensure_maps(image, now);
         self.table.refresh_context(pid, now);
-        self.unwinder.on_sample(image, &sample.unwind, true);
+        self.unwinder
+            .on_sample(image, &unwind_status(&sample), true);
         if sample.stack_copy.is_some() && self.deferred.len() < MAX_DEFERRED_SAMPLES {
             // Unwound at a sync, once the process's tables are loaded.
             self.deferred.push((sample, now));
@@ -538,7 +549,7 @@ impl Engine {
     /// the image being replaced nor the one being loaded, so the process is read only if
     /// nothing at all is known of it, and its unwinding is left alone: the exec event
     /// that follows starts the new image afresh.
-    fn on_sample_in_exec(&mut self, sample: RawSample, now: u64) {
+    fn on_sample_in_exec(&mut self, sample: Sample, now: u64) {
         let process = match self.table.get(sample.pid) {
             Some(p) => p,
             None => self.table.get_or_load(sample.pid, now),
@@ -551,7 +562,7 @@ impl Engine {
     }
 
     /// Turns a sample of an allowed, loaded process into frames for the batch.
-    fn add_sample(&mut self, sample: RawSample, now: u64) {
+    fn add_sample(&mut self, sample: Sample, now: u64) {
         let max = self
             .config
             .max_stack_depth
@@ -646,7 +657,7 @@ impl Engine {
             }
             None => frames.extend(user_frames),
         }
-        let failed = sample.unwind.end.filter(|end| is_unwind_error(*end));
+        let failed = Some(sample.unwind_end).filter(|end| is_unwind_error(*end));
         if cut {
             frames.push(Frame::Truncated);
         } else if let Some(end) = failed.filter(|_| self.config.send_error_frames) {
@@ -659,13 +670,14 @@ impl Engine {
             .builder
             .resource(profile_builder::ResourceInfo::of(process));
         // A sampler that gives no time gets the time the sample was read.
-        let time = if sample.time_unix_nano == 0 {
-            now
-        } else {
-            sample.time_unix_nano
+        let time = match self.clock.unix_nanos(sample.time_ns) {
+            0 => now,
+            time => time,
         };
         let kind = match sample.off_cpu_ns {
-            Some(nanos) => SampleKind::OffCpu { nanos },
+            Some(recorded) => SampleKind::OffCpu {
+                nanos: self.clock.off_cpu_nanos(recorded),
+            },
             None => SampleKind::Cpu,
         };
         self.builder.add(
@@ -810,6 +822,15 @@ fn symbolize(symbolizer: &Symbolizer, builder: &ProfileBuilder, procfs: &ProcFs)
 
 /// Walk ends that mean the walker could not go on (rather than reaching the end of the
 /// stack, or the frame limit).
+/// What the sampler said about a sample's walk, as the unwinder reads it.
+fn unwind_status(sample: &Sample) -> unwind::UnwindStatus {
+    unwind::UnwindStatus {
+        end: Some(sample.unwind_end),
+        unknown_mapping: sample.unknown_mapping,
+        missing_table: sample.missing_table,
+    }
+}
+
 fn is_unwind_error(end: profcol_bpf::UnwindEnd) -> bool {
     use profcol_bpf::UnwindEnd;
     matches!(
@@ -882,7 +903,7 @@ mod attacker_tests {
 
     use crate::elf::ElfFile;
     use crate::procfs::{MapsPath, parse_maps};
-    use crate::{Config, Engine, Environment, RawSample, SystemClock};
+    use crate::{Config, Engine, Environment, Sample, SystemClock};
 
     #[inline(never)]
     fn victim_marker(x: u64) -> u64 {
@@ -1049,13 +1070,13 @@ mod attacker_tests {
             .collect()
     }
 
-    fn sample(pid: u32, user: Vec<u64>) -> RawSample {
-        RawSample {
+    fn sample(pid: u32, user: Vec<u64>) -> Sample {
+        Sample {
             pid,
             tid: pid,
             comm: "x".into(),
             user_stack: user,
-            ..RawSample::default()
+            ..Sample::default()
         }
     }
 
@@ -1264,19 +1285,21 @@ mod tests {
         std::hint::black_box(engine_marker_leaf(x) + 1)
     }
 
-    fn sample(pid: u32, t: u64, user: Vec<u64>) -> RawSample {
-        RawSample {
+    fn sample(pid: u32, t: u64, user: Vec<u64>) -> Sample {
+        Sample {
             pid,
             tid: pid,
             cpu: 1,
             comm: "tester".into(),
             cgroup_id: 0,
-            time_unix_nano: t,
+            time_ns: t,
             kernel_stack: Vec::new(),
             user_stack: user,
             kernel_truncated: false,
             user_truncated: false,
-            unwind: Default::default(),
+            unwind_end: Default::default(),
+            unknown_mapping: false,
+            missing_table: false,
             stack_copy: None,
             off_cpu_ns: None,
             python_stack: Vec::new(),
@@ -1689,7 +1712,7 @@ mod tests {
         });
         let mut s = sample(child, S + 1, Vec::new());
         s.kernel_stack = vec![0xffffffff81000010, 0xffffffff81000020];
-        s.unwind.end = Some(profcol_bpf::UnwindEnd::InExec);
+        s.unwind_end = profcol_bpf::UnwindEnd::InExec;
         engine.on_sample(s);
         let p = engine
             .processes()
@@ -1827,7 +1850,7 @@ mod tests {
         let pid = std::process::id();
         let leaf = engine_marker_leaf as *const () as usize as u64;
         let mut s = sample(pid, S, vec![leaf]);
-        s.unwind.end = Some(profcol_bpf::UnwindEnd::NoProcess);
+        s.unwind_end = profcol_bpf::UnwindEnd::NoProcess;
         s.stack_copy = Some(profcol_bpf::StackCopy {
             pc: leaf,
             sp: 0x7ffd_0000_0000,
@@ -1882,7 +1905,34 @@ mod tests {
         );
     }
 
-    fn idle_sample() -> RawSample {
+    #[test]
+    fn the_sample_clock_gives_unix_time_and_unbiased_off_cpu_time() {
+        let unix = SampleClock::default();
+        assert_eq!(unix.unix_nanos(5 * S), 5 * S);
+        assert_eq!(unix.off_cpu_nanos(100), 100);
+        let bpf = SampleClock {
+            to_unix_nanos: 1_000 * i128::from(S),
+            off_cpu_share: 0.25,
+        };
+        assert_eq!(bpf.unix_nanos(5 * S), 1_005 * S);
+        assert_eq!(
+            bpf.off_cpu_nanos(100),
+            400,
+            "each recorded switch stands for four"
+        );
+        let behind = SampleClock {
+            to_unix_nanos: -10 * i128::from(S),
+            off_cpu_share: f64::NAN,
+        };
+        assert_eq!(behind.unix_nanos(5 * S), 0, "before 1970: read as now");
+        assert_eq!(
+            behind.off_cpu_nanos(100),
+            100,
+            "a share that is no share scales nothing"
+        );
+    }
+
+    fn idle_sample() -> Sample {
         let mut s = sample(0, S, Vec::new());
         s.comm = "swapper/0".into();
         s.kernel_stack = vec![0xffffffff81000010];
@@ -1950,7 +2000,7 @@ mod tests {
         let leaf = engine_marker_leaf as *const () as usize as u64;
         let mut s = sample(std::process::id(), S, vec![leaf, leaf]);
         s.user_truncated = true;
-        s.unwind.end = Some(end);
+        s.unwind_end = end;
         engine.on_sample(s);
         let batch = engine.flush().expect("batch").to_wire();
         let d = batch.dictionary();
@@ -2009,7 +2059,7 @@ mod tests {
         );
         let leaf = engine_marker_leaf as *const () as usize as u64;
         let mut s = sample(std::process::id(), S, vec![leaf, leaf]);
-        s.unwind.end = Some(profcol_bpf::UnwindEnd::Outermost);
+        s.unwind_end = profcol_bpf::UnwindEnd::Outermost;
         engine.on_sample(s);
         let batch = engine.flush().expect("batch").to_wire();
         let d = batch.dictionary();

@@ -16,7 +16,9 @@ use profcol_core::telemetry::Telemetry;
 use tokio_util::sync::CancellationToken;
 
 use crate::schedule::{XorShift, jittered};
-use crate::{Config, Engine, Environment, ErrorMode, Filter, ProcessEvent, RawSample, Stats};
+use crate::{
+    Config, Engine, Environment, ErrorMode, Filter, ProcessEvent, Sample, SampleClock, Stats,
+};
 
 /// The longest a poll waits, so shutdown is seen within it.
 const POLL_SLICE: Duration = Duration::from_millis(250);
@@ -49,7 +51,7 @@ pub const UNWIND_TABLES_NO_ROOM_METRIC: &str =
 /// What a sampler reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceEvent {
-    Sample(RawSample),
+    Sample(Sample),
     Process(ProcessEvent),
 }
 
@@ -81,6 +83,12 @@ pub trait SampleSource: Send + 'static {
         timeout: Duration,
         sink: &mut dyn FnMut(SourceEvent),
     ) -> Result<(), SourceError>;
+
+    /// How this sampler's sample times and off-CPU durations read; the default: Unix
+    /// time, every switch recorded.
+    fn sample_clock(&self) -> SampleClock {
+        SampleClock::default()
+    }
 
     /// Samples the sampler could not hand over so far (its ring buffer was full).
     fn lost_samples(&self) -> u64 {
@@ -341,6 +349,7 @@ impl Loop {
         let jitter = config.reporter_jitter;
         let mut random = XorShift::seeded();
         let mut engine = Engine::new(config, env);
+        engine.set_sample_clock(source.sample_clock());
         self.started.ready();
         tracing::info!(id = %self.id, processes = engine.stats().processes_tracked, "profiling receiver started");
         let mut reported = Stats::default();
@@ -652,13 +661,13 @@ mod tests {
         ) -> Result<(), SourceError> {
             std::thread::sleep(timeout.min(Duration::from_millis(20)));
             let pid = std::process::id();
-            sink(SourceEvent::Sample(RawSample {
+            sink(SourceEvent::Sample(Sample {
                 pid,
                 tid: pid,
                 comm: "fake".into(),
-                time_unix_nano: crate::SystemClock.now_unix_nano(),
+                time_ns: crate::SystemClock.now_unix_nano(),
                 user_stack: vec![FakeSource::poll as *const () as usize as u64],
-                ..RawSample::default()
+                ..Sample::default()
             }));
             Ok(())
         }
@@ -753,11 +762,11 @@ mod tests {
                 sink: &mut dyn FnMut(SourceEvent),
             ) -> Result<(), SourceError> {
                 std::thread::sleep(timeout.min(Duration::from_millis(20)));
-                sink(SourceEvent::Sample(RawSample {
+                sink(SourceEvent::Sample(Sample {
                     pid: self.0,
                     tid: self.0,
                     user_stack: vec![self.1],
-                    ..RawSample::default()
+                    ..Sample::default()
                 }));
                 Ok(())
             }

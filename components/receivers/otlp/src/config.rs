@@ -14,8 +14,6 @@
 
 use profcol_core::endpoint::check_endpoint;
 
-use std::path::PathBuf;
-
 use profcol_core::config::{ConfigError, Validate};
 use serde::Deserialize;
 
@@ -110,13 +108,8 @@ impl HttpConfig {
 
 /// Server-side TLS from PEM files. `client_ca_file` makes client certificates required and
 /// checked against that CA (mutual TLS).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TlsConfig {
-    pub cert_file: Option<PathBuf>,
-    pub key_file: Option<PathBuf>,
-    pub client_ca_file: Option<PathBuf>,
-}
+/// The `tls:` block every profcol server reads.
+pub use profcol_core::server::tls::TlsServerSettings as TlsConfig;
 
 impl Validate for Config {
     fn validate(&self) -> Vec<ConfigError> {
@@ -143,7 +136,11 @@ impl Validate for Config {
                 ));
             }
             if let Some(tls) = &grpc.tls {
-                check_tls(tls, "protocols::grpc::tls", &mut errors);
+                errors.extend(
+                    tls.validate()
+                        .into_iter()
+                        .map(|e| e.under("protocols::grpc::tls")),
+                );
             }
         }
         if let Some(http) = &p.http {
@@ -155,36 +152,14 @@ impl Validate for Config {
                 ));
             }
             if let Some(tls) = &http.tls {
-                check_tls(tls, "protocols::http::tls", &mut errors);
+                errors.extend(
+                    tls.validate()
+                        .into_iter()
+                        .map(|e| e.under("protocols::http::tls")),
+                );
             }
         }
         errors
-    }
-}
-
-fn check_tls(tls: &TlsConfig, path: &str, errors: &mut Vec<ConfigError>) {
-    for (field, value) in [("cert_file", &tls.cert_file), ("key_file", &tls.key_file)] {
-        match value {
-            None => errors.push(ConfigError::new(
-                format!("{path}::{field}"),
-                "is required when tls is set (tls needs both cert_file and key_file)",
-            )),
-            Some(p) if p.as_os_str().is_empty() => errors.push(ConfigError::new(
-                format!("{path}::{field}"),
-                "must not be empty",
-            )),
-            Some(_) => {}
-        }
-    }
-    if tls
-        .client_ca_file
-        .as_ref()
-        .is_some_and(|p| p.as_os_str().is_empty())
-    {
-        errors.push(ConfigError::new(
-            format!("{path}::client_ca_file"),
-            "must not be empty",
-        ));
     }
 }
 

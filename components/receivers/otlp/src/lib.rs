@@ -11,7 +11,6 @@ mod decompress;
 mod grpc;
 mod http;
 mod status;
-mod tls;
 
 /// The HTTP body decoder, reachable for the fuzz targets in `fuzz/`; not an API.
 #[doc(hidden)]
@@ -41,13 +40,14 @@ use profcol_core::endpoint::listen;
 use profcol_core::pdata::types::ProfilesData;
 use profcol_core::pdata::{ProfileBatch, ValidationError};
 use profcol_core::server;
+use profcol_core::server::tls::{Alpn, load_acceptor};
 use profcol_core::telemetry::WireBytes;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 pub use config::{Config, GrpcConfig, HttpConfig, Protocols, TlsConfig};
+pub use profcol_core::server::tls::TlsError;
 pub use status::{ProtoAny, ProtoDuration, RetryInfo, RpcStatus, status_json};
-pub use tls::TlsError;
 
 /// The HTTP path profiles are posted to.
 pub const PROFILES_HTTP_PATH: &str = http::PROFILES_PATH;
@@ -68,20 +68,20 @@ impl ReceiverFactory for OtlpReceiverFactory {
     ) -> Result<Box<dyn Receiver>, BuildError> {
         let config = config.into_inner();
         let load = |protocol: &str, tls: Option<&TlsConfig>, alpn| {
-            tls.map(|t| tls::load_acceptor(t, alpn))
+            tls.map(|t| load_acceptor(t, alpn))
                 .transpose()
                 .map_err(|e| BuildError::caused_by(&ctx.id, format!("protocols::{protocol}"), e))
         };
         let grpc = match config.protocols.grpc {
             Some(c) => Some(GrpcSetup {
-                tls: load("grpc", c.tls.as_ref(), tls::Alpn::H2Only)?,
+                tls: load("grpc", c.tls.as_ref(), Alpn::H2Only)?,
                 config: c,
             }),
             None => None,
         };
         let http = match config.protocols.http {
             Some(c) => Some(HttpSetup {
-                tls: load("http", c.tls.as_ref(), tls::Alpn::H2AndHttp1)?,
+                tls: load("http", c.tls.as_ref(), Alpn::H2AndHttp1)?,
                 config: c,
             }),
             None => None,

@@ -1,5 +1,7 @@
-//! Server TLS from PEM files, loaded once when the receiver is created so that a missing or
-//! malformed file stops the collector at start-up with the file's name.
+//! Server TLS from PEM files, as otelcol's receivers configure it (`tls:` with
+//! `cert_file`, `key_file` and, for client certificates, `client_ca_file`), loaded once
+//! when the receiver is created so that a missing or malformed file stops the collector
+//! at start-up with the file's name.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -8,9 +10,46 @@ use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
+use serde::Deserialize;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::TlsConfig;
+use crate::config::{ConfigError, Validate};
+
+/// A receiver's `tls:` block.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsServerSettings {
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// Client certificates must chain to this CA: mutual TLS.
+    pub client_ca_file: Option<PathBuf>,
+}
+
+impl Validate for TlsServerSettings {
+    fn validate(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        for (field, value) in [("cert_file", &self.cert_file), ("key_file", &self.key_file)] {
+            match value {
+                None => errors.push(ConfigError::new(
+                    field,
+                    "is required when tls is set (tls needs both cert_file and key_file)",
+                )),
+                Some(p) if p.as_os_str().is_empty() => {
+                    errors.push(ConfigError::new(field, "must not be empty"));
+                }
+                Some(_) => {}
+            }
+        }
+        if self
+            .client_ca_file
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            errors.push(ConfigError::new("client_ca_file", "must not be empty"));
+        }
+        errors
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -26,14 +65,15 @@ pub enum TlsError {
     Config(String),
 }
 
-/// Which ALPN protocols the server offers: gRPC needs HTTP/2, OTLP/HTTP takes either.
+/// Which ALPN protocols the server offers: gRPC needs HTTP/2, HTTP endpoints take either.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Alpn {
+pub enum Alpn {
     H2Only,
     H2AndHttp1,
 }
 
-pub(crate) fn load_acceptor(tls: &TlsConfig, alpn: Alpn) -> Result<TlsAcceptor, TlsError> {
+/// Reads and checks the files of `tls` into an acceptor offering `alpn`.
+pub fn load_acceptor(tls: &TlsServerSettings, alpn: Alpn) -> Result<TlsAcceptor, TlsError> {
     let cert_file = tls
         .cert_file
         .as_deref()

@@ -3,6 +3,8 @@
 //! through hyper, the peer's address put into each request's extensions, and a bounded
 //! graceful shutdown.
 
+pub mod tls;
+
 use std::error::Error as StdError;
 use std::net::SocketAddr;
 use std::time::Duration;

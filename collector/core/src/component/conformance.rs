@@ -32,6 +32,24 @@ macro_rules! component_conformance {
     // A component whose start needs what a unit test does not have names why, and its
     // own tests start and stop it.
     (@lifecycle $why:literal) => {};
+    // Processors and exporters sit behind the test source, so the framework's counters of
+    // their edges can be checked the same way; receivers and extensions have no such edge
+    // (a receiver's own tests send it what it reads and read its counters).
+    (@counters processor: $factory:expr) => {
+        $crate::component_conformance!(@counters_test processor: $factory);
+    };
+    (@counters exporter: $factory:expr) => {
+        $crate::component_conformance!(@counters_test exporter: $factory);
+    };
+    (@counters $kind:ident: $factory:expr) => {};
+    (@counters_test $kind:ident: $factory:expr) => {
+        #[test]
+        fn edge_counters_count_every_sample() {
+            let mut registry = $crate::testkit::registry();
+            registry.$kind($factory).expect("one factory registers");
+            spec().counters_move_in_a_runtime(&registry);
+        }
+    };
     (mod $module:ident; $kind:ident: $factory:expr, $type_name:literal, $stability:ident $(, default_errors: [$($error:literal),* $(,)?])? $(, no_lifecycle: $why:literal)? $(,)?) => {
         #[cfg(test)]
         mod $module {
@@ -76,6 +94,7 @@ macro_rules! component_conformance {
             }
 
             $crate::component_conformance!(@lifecycle $($why)?);
+            $crate::component_conformance!(@counters $kind: $factory);
         }
     };
 }

@@ -1,8 +1,9 @@
 //! The checks every component passes the same way, generated into each component crate
 //! by [`component_conformance!`](crate::component_conformance): its factory's type name
 //! and stability, its default config, `testdata/config.yaml` valid,
-//! `testdata/typo.yaml` refused at its misspelt key, and a create, start and shutdown
-//! from `testdata/lifecycle.yaml`, twice.
+//! `testdata/typo.yaml` refused at its misspelt key, a create, start and shutdown from
+//! `testdata/lifecycle.yaml`, twice, and for processors and exporters the framework's
+//! edge counters accounting for every sample sent through them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -216,6 +217,135 @@ impl Conformance {
                 }
             }
         }
+    }
+}
+
+/// Samples the test source sends through a component in [`Conformance::counters_move`].
+const SAMPLES: i64 = 3;
+
+impl Conformance {
+    /// [`Conformance::counters_move`] in a runtime of its own.
+    pub fn counters_move_in_a_runtime(&self, registry: &Registry) {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(self.counters_move(registry));
+    }
+
+    /// Runs a collector with the component (configured from `testdata/lifecycle.yaml`)
+    /// in a pipeline behind the test source (and before the test sink, for a processor)
+    /// and checks that the framework's counters of its edges account for every sample:
+    /// a processor's incoming and outgoing items, an exporter's samples sent or failed.
+    /// `registry` holds the component's factory and the test components.
+    pub async fn counters_move(&self, registry: &Registry) {
+        let scratch = Scratch::new(self.type_name, 3);
+        let id = format!("{}/conformance", self.type_name);
+        let mut root = serde_yaml_ng::Mapping::new();
+        let yaml = |text: &str| -> Value { serde_yaml_ng::from_str(text).expect("yaml") };
+        root.insert(
+            "receivers".into(),
+            yaml(&format!(
+                "test_source: {{service: conformance, batches: 1, samples_per_batch: {SAMPLES}}}"
+            )),
+        );
+        let mut section = serde_yaml_ng::Mapping::new();
+        section.insert(
+            id.clone().into(),
+            self.testdata_in("lifecycle.yaml", &scratch.0),
+        );
+        root.insert(self.kind.section().into(), Value::Mapping(section));
+        let (processors, exporters, labels, counters) = match self.kind {
+            Kind::Processor => {
+                let sink = format!("conformance-{}-{}", self.type_name, std::process::id());
+                root.insert(
+                    "exporters".into(),
+                    yaml(&format!("test_sink: {{name: {sink}}}")),
+                );
+                (
+                    format!("[{id}]"),
+                    "[test_sink]".to_owned(),
+                    vec![
+                        ("processor", id.clone()),
+                        ("pipeline", "profiles".to_owned()),
+                    ],
+                    [
+                        "otelcol_processor_incoming_items_total",
+                        "otelcol_processor_outgoing_items_total",
+                    ],
+                )
+            }
+            Kind::Exporter => (
+                "[]".to_owned(),
+                format!("[{id}]"),
+                vec![("exporter", id.clone())],
+                [
+                    "otelcol_exporter_sent_profile_samples_total",
+                    "otelcol_exporter_send_failed_profile_samples_total",
+                ],
+            ),
+            Kind::Receiver | Kind::Extension => {
+                panic!(
+                    "counters_move: a {} has no edge the test source can feed",
+                    self.kind.as_str()
+                )
+            }
+        };
+        root.insert(
+            "service".into(),
+            yaml(&format!(
+                "pipelines: {{profiles: {{receivers: [test_source], processors: {processors}, exporters: {exporters}}}}}"
+            )),
+        );
+        let text = serde_yaml_ng::to_string(&Value::Mapping(root)).expect("yaml");
+        let config =
+            crate::service::load(&[("conformance.yaml".into(), text)], &|_| None, registry)
+                .unwrap_or_else(|e| panic!("the conformance collector config is invalid: {e}"));
+        let telemetry = Telemetry::new();
+        let stop = CancellationToken::new();
+        let run = tokio::spawn({
+            let (registry, telemetry, stop) = (registry.clone(), telemetry.clone(), stop.clone());
+            async move {
+                crate::service::run(
+                    config,
+                    &registry,
+                    telemetry,
+                    Status::new(),
+                    stop,
+                    crate::service::ServiceOptions::default(),
+                )
+                .await
+            }
+        });
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let read = |name: &str| telemetry.value(name, &labels).unwrap_or(0);
+        let accounted = || match self.kind {
+            // In and out.
+            Kind::Processor => read(counters[0]) == SAMPLES && read(counters[1]) == SAMPLES,
+            // Sent or failed (an exporter whose backend is not there).
+            _ => read(counters[0]) + read(counters[1]) == SAMPLES,
+        };
+        let started = std::time::Instant::now();
+        while !accounted() && started.elapsed() < STEP {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let seen: Vec<(&str, i64)> = counters.iter().map(|c| (*c, read(c))).collect();
+        stop.cancel();
+        let result = tokio::time::timeout(STEP, run)
+            .await
+            .unwrap_or_else(|_| panic!("{id}: the collector did not stop"))
+            .expect("the service task");
+        if let Err(e) = result {
+            panic!(
+                "{id}: the collector failed: {}",
+                crate::errors::error_chain(&e)
+            );
+        }
+        assert!(
+            accounted(),
+            "{id}: {SAMPLES} samples went in; the edge counters show {seen:?}"
+        );
     }
 }
 

@@ -446,10 +446,7 @@ mod tests {
     }
 
     fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("profcol-offline-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+        crate::testkit::scratch_path(&format!("offline-{name}"))
     }
 
     #[test]

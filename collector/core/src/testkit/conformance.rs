@@ -367,13 +367,9 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(type_name: &str, run: u32) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "profcol-conformance-{type_name}-{}-{run}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        Scratch(dir)
+        Scratch(super::scratch_dir(&format!(
+            "conformance-{type_name}-{run}"
+        )))
     }
 }
 

@@ -1,9 +1,13 @@
 //! Test components and batch generators for graph tests and component crates (feature
 //! `testkit`). They are real components: a source that delivers generated batches, a
 //! processor that tags resources, one that holds batches until shutdown, and a sink that
-//! records what reaches it.
+//! records what reaches it. Also the conformance checks every component runs, and
+//! helpers for test files (testdata configs, scratch folders).
 
 pub mod conformance;
+mod files;
+
+pub use files::{scratch_dir, scratch_path, testdata_config};
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -25,7 +29,6 @@ use crate::pdata::{
     ScopeProfiles, ValueType,
 };
 
-/// A batch of `samples` CPU samples for `service`, each on a stack of two named frames.
 /// A 127.0.0.1 port free now and not handed out before by this process: the kernel may
 /// give the same ephemeral port to two binds in a row once the first is closed, so a test
 /// that asked for two ports could get one twice.
@@ -46,6 +49,7 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A batch of `samples` CPU samples for `service`, each on a stack of two named frames.
 pub fn batch(service: &str, samples: usize) -> ProfileBatch {
     let mut b = DictionaryBuilder::new();
     let names = ["main", "work"].map(|n| b.string(&format!("{service}.{n}")));

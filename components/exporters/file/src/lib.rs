@@ -220,7 +220,7 @@ profcol_core::component_conformance!(exporter: FileExporterFactory, "file", Alph
 #[cfg(test)]
 mod tests {
     use std::path::{Path, PathBuf};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use std::time::Duration;
 
     use profcol_core::component::{
@@ -244,10 +244,7 @@ mod tests {
     // ---- helpers ------------------------------------------------------------------------
 
     fn load(path: &str) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{path}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(path, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), path)
     }
 
     fn parse(yaml: &str) -> Result<Config, ConfigError> {
@@ -256,15 +253,7 @@ mod tests {
 
     /// A fresh directory per test.
     fn scratch(name: &str) -> PathBuf {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "profcol-file-exporter-{}-{}-{name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        dir
+        profcol_core::testkit::scratch_dir(&format!("file-exporter-{name}"))
     }
 
     fn go_cpu() -> ProfileBatch {

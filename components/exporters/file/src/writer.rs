@@ -191,11 +191,7 @@ mod tests {
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("profcol-file-writer-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        dir
+        profcol_core::testkit::scratch_dir(&format!("file-writer-{name}"))
     }
 
     #[test]

@@ -229,7 +229,7 @@ profcol_core::component_conformance!(exporter: FlamegraphExporterFactory, "flame
 #[cfg(test)]
 mod tests {
     use std::path::{Path, PathBuf};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use std::time::Duration;
 
     use profcol_core::component::{ComponentId, CreateContext, Exporter, ExporterFactory};
@@ -252,10 +252,7 @@ mod tests {
     // ---- helpers ------------------------------------------------------------------------
 
     fn load(path: &str) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{path}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(path, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), path)
     }
 
     fn parse(yaml: &str) -> Result<Config, ConfigError> {
@@ -263,14 +260,7 @@ mod tests {
     }
 
     fn scratch(name: &str) -> PathBuf {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "profcol-flamegraph-exporter-{}-{}-{name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+        profcol_core::testkit::scratch_path(&format!("flamegraph-exporter-{name}"))
     }
 
     fn fixture(name: &str) -> pp::Profile {

@@ -618,7 +618,7 @@ mod tests {
     use std::io::Read;
     use std::net::SocketAddr;
     use std::path::{Path, PathBuf};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -645,10 +645,7 @@ mod tests {
     // ---- helpers ------------------------------------------------------------------------
 
     fn load(path: &str) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{path}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(path, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), path)
     }
 
     fn parse(yaml: &str) -> Result<Config, ConfigError> {
@@ -656,15 +653,7 @@ mod tests {
     }
 
     fn scratch(name: &str) -> PathBuf {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "profcol-pprof-exporter-{}-{}-{name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        dir
+        profcol_core::testkit::scratch_dir(&format!("pprof-exporter-{name}"))
     }
 
     fn fixture_dir() -> PathBuf {

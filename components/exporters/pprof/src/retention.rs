@@ -130,13 +130,7 @@ mod tests {
     use std::fs::File;
 
     fn scratch(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "profcol-pprof-retention-{}-{name}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        dir
+        profcol_core::testkit::scratch_dir(&format!("pprof-retention-{name}"))
     }
 
     fn touch(dir: &Path, name: &str, at: SystemTime) {

@@ -117,14 +117,11 @@ impl Extension for FileStorage {
 mod tests {
     use super::*;
     use profcol_core::component::ComponentId;
-    use profcol_core::config::{parse_typed, parse_yaml};
+
     use profcol_core::telemetry::Telemetry;
 
     fn load(path: &str) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{path}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(path, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), path)
     }
 
     #[test]

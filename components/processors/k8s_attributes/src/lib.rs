@@ -269,10 +269,7 @@ mod tests {
     }
 
     fn scratch(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("k8sattr-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        dir
+        profcol_core::testkit::scratch_dir(&format!("k8sattr-{name}"))
     }
 
     #[tokio::test]

@@ -230,10 +230,7 @@ mod tests {
     use profcol_core::config::{parse_typed, parse_yaml};
 
     fn load(path: &str) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{path}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(path, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), path)
     }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {

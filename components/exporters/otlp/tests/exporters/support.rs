@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -86,14 +85,7 @@ pub async fn closed_port() -> SocketAddr {
 
 /// A fresh directory under the system temp dir.
 pub fn temp_dir() -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "profcol-otlp-exporter-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+    profcol_core::testkit::scratch_dir("otlp-exporter")
 }
 
 /// A self-signed certificate for `names`, written as PEM files.

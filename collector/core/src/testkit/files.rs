@@ -1,0 +1,40 @@
+//! Files for component tests: the component's `testdata/` configs, and folders of their own.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde::de::DeserializeOwned;
+
+use crate::config::{ConfigError, parse_typed, parse_yaml};
+
+/// `testdata/<name>` of the crate at `dir` (its `CARGO_MANIFEST_DIR`), read as the
+/// config type `C`: the first error, with its path, when it does not parse as one.
+pub fn testdata_config<C: DeserializeOwned + Default>(
+    dir: &str,
+    name: &str,
+) -> Result<C, ConfigError> {
+    let path = format!("{dir}/testdata/{name}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let value = parse_yaml(name, &text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    parse_typed(&value)
+}
+
+/// A path for one test's folder, unique in this run (`tag`, the process, a counter),
+/// with nothing there yet: for a test of what creates it.
+pub fn scratch_path(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "profcol-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// [`scratch_path`], created and empty.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let dir = scratch_path(tag);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}

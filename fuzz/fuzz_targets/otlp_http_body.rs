@@ -1,7 +1,7 @@
 //! Any bytes as an OTLP/HTTP request body under any `Content-Encoding` the receiver reads
-//! (gzip, zstd, snappy as a raw block or framed): decompression and decoding never panic,
-//! never produce more than the limit, and an accepted body makes a batch that re-encodes
-//! validly.
+//! (gzip, zstd, snappy as a raw block or framed): decompression and decoding never panic
+//! and stay within libFuzzer's `-malloc_limit_mb` (a bomb past the 4 MiB limit must be
+//! refused, not inflated), and an accepted body makes a batch that re-encodes validly.
 //!
 //! The first byte picks the encoding (its low three bits) and JSON or protobuf (bit 3);
 //! the rest is the body.

@@ -134,7 +134,15 @@ fn a_published_context_names_the_process_and_its_update_is_followed() {
                     |s| s.resource.get("service.name").map(String::as_str) == Some("from-env")
                         && !s.resource.contains_key("deployment.environment.name")
                 ),
-            "a malformed context is not taken"
+            "a malformed context is not taken; pid {pid}'s samples were named {:?}",
+            samples
+                .iter()
+                .map(|s| (
+                    s.resource.get("service.name"),
+                    s.resource.get("deployment.environment.name"),
+                    s.count
+                ))
+                .collect::<Vec<_>>()
         );
     }
     let metric = |result: &str| {

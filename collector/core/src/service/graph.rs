@@ -380,7 +380,7 @@ impl Graph {
             let started = node
                 .exporter
                 .start()
-                .map_err(|e| e.to_string())
+                .map_err(|e| crate::errors::error_chain(&e))
                 .and_then(|()| open_offline(&node.settings.offline, &telemetry, &id))
                 .and_then(|offline| {
                     ExporterHandle::start(

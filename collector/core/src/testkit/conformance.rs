@@ -113,9 +113,11 @@ impl Conformance {
 impl Conformance {
     /// Creates, starts and shuts down the component from `testdata/lifecycle.yaml` (a
     /// config that needs nothing outside the test: port 0, [`SCRATCH`] for folders),
-    /// twice over: a second run right after the first finds nothing the first left
-    /// behind (a port, a lock, process-wide state). A receiver or extension must keep
-    /// running until told to stop, and stop when told.
+    /// twice over, with the same folder, `Host` and telemetry: the second run must not
+    /// trip over what the first left there (a lock or a file in its folder, state in the
+    /// host, a metric registered again). Fixed ports are not checked: the config uses port
+    /// 0. A receiver or extension must keep running until told to stop, and stop when
+    /// told.
     pub fn lifecycle_in_a_runtime(&self, registry: &Registry) {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -127,8 +129,10 @@ impl Conformance {
 
     /// [`Conformance::lifecycle_in_a_runtime`], in the caller's runtime.
     pub async fn lifecycle(&self, registry: &Registry) {
+        let scratch = Scratch::new(self.type_name, 1);
+        let telemetry = Telemetry::new();
+        let host = crate::component::Host::default();
         for run in 1..=2 {
-            let scratch = Scratch::new(self.type_name, run);
             let value = self.testdata_in("lifecycle.yaml", &scratch.0);
             let config = registry
                 .parse(self.kind, self.type_name, &value)
@@ -136,16 +140,16 @@ impl Conformance {
             let id = ComponentId::new(self.type_name, Some("conformance"));
             let ctx = CreateContext {
                 id: id.clone(),
-                telemetry: Telemetry::new(),
-                host: Default::default(),
+                telemetry: telemetry.clone(),
+                host: host.clone(),
             };
             let what = format!("run {run} of {id}");
             match self.kind {
                 Kind::Receiver => {
                     let factory = &registry.receivers[self.type_name];
-                    let receiver = factory
-                        .create(&config, &ctx)
-                        .unwrap_or_else(|e| panic!("{what}: create: {e}"));
+                    let receiver = factory.create(&config, &ctx).unwrap_or_else(|e| {
+                        panic!("{what}: create: {}", crate::errors::error_chain(&e))
+                    });
                     let (tx, _rx) = tokio::sync::mpsc::channel(16);
                     let (started, mut ready) = Started::new();
                     let shutdown = CancellationToken::new();
@@ -166,9 +170,9 @@ impl Conformance {
                 }
                 Kind::Extension => {
                     let factory = &registry.extensions[self.type_name];
-                    let extension = factory
-                        .create(&config, &ctx)
-                        .unwrap_or_else(|e| panic!("{what}: create: {e}"));
+                    let extension = factory.create(&config, &ctx).unwrap_or_else(|e| {
+                        panic!("{what}: create: {}", crate::errors::error_chain(&e))
+                    });
                     let shutdown = CancellationToken::new();
                     let task = tokio::spawn(extension.run(ExtensionContext {
                         id,
@@ -194,26 +198,32 @@ impl Conformance {
                                 pipeline,
                             },
                         )
-                        .unwrap_or_else(|e| panic!("{what}: create: {e}"));
+                        .unwrap_or_else(|e| {
+                            panic!("{what}: create: {}", crate::errors::error_chain(&e))
+                        });
                     let mut out = Vec::new();
                     tokio::time::timeout(STEP, processor.shutdown(&mut out))
                         .await
                         .unwrap_or_else(|_| panic!("{what}: shutdown took over {STEP:?}"))
-                        .unwrap_or_else(|e| panic!("{what}: shutdown: {e}"));
+                        .unwrap_or_else(|e| {
+                            panic!("{what}: shutdown: {}", crate::errors::error_chain(&e))
+                        });
                     assert!(out.is_empty(), "{what}: flushed batches it was never given");
                 }
                 Kind::Exporter => {
                     let factory = &registry.exporters[self.type_name];
-                    let exporter = factory
-                        .create(&config, &ctx)
-                        .unwrap_or_else(|e| panic!("{what}: create: {e}"));
-                    exporter
-                        .start()
-                        .unwrap_or_else(|e| panic!("{what}: start: {e}"));
+                    let exporter = factory.create(&config, &ctx).unwrap_or_else(|e| {
+                        panic!("{what}: create: {}", crate::errors::error_chain(&e))
+                    });
+                    exporter.start().unwrap_or_else(|e| {
+                        panic!("{what}: start: {}", crate::errors::error_chain(&e))
+                    });
                     tokio::time::timeout(STEP, exporter.shutdown())
                         .await
                         .unwrap_or_else(|_| panic!("{what}: shutdown took over {STEP:?}"))
-                        .unwrap_or_else(|e| panic!("{what}: shutdown: {e}"));
+                        .unwrap_or_else(|e| {
+                            panic!("{what}: shutdown: {}", crate::errors::error_chain(&e))
+                        });
                 }
             }
         }

@@ -820,8 +820,6 @@ fn symbolize(symbolizer: &Symbolizer, builder: &ProfileBuilder, procfs: &ProcFs)
     symbols
 }
 
-/// Walk ends that mean the walker could not go on (rather than reaching the end of the
-/// stack, or the frame limit).
 /// What the sampler said about a sample's walk, as the unwinder reads it.
 fn unwind_status(sample: &Sample) -> unwind::UnwindStatus {
     unwind::UnwindStatus {
@@ -831,6 +829,8 @@ fn unwind_status(sample: &Sample) -> unwind::UnwindStatus {
     }
 }
 
+/// Walk ends that mean the walker could not go on (rather than reaching the end of the
+/// stack, or the frame limit).
 fn is_unwind_error(end: profcol_bpf::UnwindEnd) -> bool {
     use profcol_bpf::UnwindEnd;
     matches!(

@@ -45,7 +45,11 @@ fn run(blocker: &Path, out: &Path, args: &[&str]) -> (u32, Vec<u64>) {
             matches!((at("blocker_warm_up"), at("main")), (Some(w), Some(m)) if w < m)
         })
     });
-    assert!(known, "profcol never walked blocker's warm-up wait");
+    assert!(
+        known,
+        "profcol never walked blocker's warm-up wait (pid {pid}); its off-CPU samples:\n{}",
+        describe(&off_cpu_of(out, pid))
+    );
     if let Some(mut stdin) = child.stdin.take() {
         std::io::Write::write_all(&mut stdin, b"go\n").expect("start blocker");
     }

@@ -41,6 +41,10 @@ pub const YOUNG_MAPS: Duration = Duration::from_secs(1);
 const REPLACED_IMAGE_WAIT: Duration = Duration::from_millis(100);
 /// How often a sampled process's context timestamp is looked at for a new publication.
 pub const CONTEXT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// The first wait before a process's maps are looked at again for a context, when the
+/// first look found none: SDKs publish as they start, and a process is often read in its
+/// first milliseconds (or between fork and exec), before they have.
+pub const FIRST_CONTEXT_SCAN_WAIT: Duration = Duration::from_millis(100);
 /// The longest wait between looks at a process's maps for a context published late.
 pub const MAX_CONTEXT_SCAN_WAIT: Duration = Duration::from_secs(60);
 /// Above this many cached files, files no tracked process maps any more are dropped.
@@ -283,7 +287,7 @@ impl Process {
             context: None,
             context_seen: 0,
             context_checked_at: 0,
-            context_scan_wait: CONTEXT_CHECK_INTERVAL.as_nanos() as u64,
+            context_scan_wait: FIRST_CONTEXT_SCAN_WAIT.as_nanos() as u64,
         }
     }
 

@@ -5,7 +5,6 @@
 
 pub mod tls;
 
-use std::error::Error as StdError;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -51,7 +50,7 @@ pub struct Listener {
     pub protocol: &'static str,
 }
 
-type BoxError = Box<dyn StdError + Send + Sync>;
+use crate::component::BoxError;
 
 /// Who serves what, for logs.
 #[derive(Clone, Copy)]

@@ -119,12 +119,7 @@ impl Conformance {
     /// 0. A receiver or extension must keep running until told to stop, and stop when
     /// told.
     pub fn lifecycle_in_a_runtime(&self, registry: &Registry) {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a runtime")
-            .block_on(self.lifecycle(registry));
+        in_a_runtime(self.lifecycle(registry));
     }
 
     /// [`Conformance::lifecycle_in_a_runtime`], in the caller's runtime.
@@ -236,12 +231,7 @@ const SAMPLES: i64 = 3;
 impl Conformance {
     /// [`Conformance::counters_move`] in a runtime of its own.
     pub fn counters_move_in_a_runtime(&self, registry: &Registry) {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a runtime")
-            .block_on(self.counters_move(registry));
+        in_a_runtime(self.counters_move(registry));
     }
 
     /// Runs a collector with the component (configured from `testdata/lifecycle.yaml`)
@@ -357,6 +347,17 @@ impl Conformance {
             "{id}: {SAMPLES} samples went in; the edge counters show {seen:?}"
         );
     }
+}
+
+/// Runs a check in a runtime of its own: the generated tests are plain `#[test]`s, so
+/// that component crates need no tokio macros.
+fn in_a_runtime(check: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(check);
 }
 
 /// Waits for a receiver's or extension's task to end, cleanly, once told to stop.

@@ -28,7 +28,7 @@ pub use registry::{
     ParsedConfig, Registry,
 };
 
-use crate::config::{Checked, Validate};
+use crate::config::{Checked, Compile};
 use crate::exporterhelper::ExporterHelperSettings;
 use crate::pdata::ProfileBatch;
 use crate::telemetry::Telemetry;
@@ -53,12 +53,13 @@ impl Stability {
     }
 }
 
-/// A component's config: deserialized by the factory, then validated without side effects.
+/// A component's config: deserialized by the factory, then checked (and compiled, where it
+/// has something to compile) without side effects.
 pub trait ComponentConfig:
-    DeserializeOwned + Default + Clone + Validate + Send + Sync + 'static
+    DeserializeOwned + Default + Clone + Compile + Send + Sync + 'static
 {
 }
-impl<T: DeserializeOwned + Default + Clone + Validate + Send + Sync + 'static> ComponentConfig
+impl<T: DeserializeOwned + Default + Clone + Compile + Send + Sync + 'static> ComponentConfig
     for T
 {
 }

@@ -9,7 +9,7 @@ use super::{
     BuildError, CreateContext, Exporter, ExporterFactory, Extension, ExtensionFactory, Kind,
     Processor, ProcessorCreateContext, ProcessorFactory, Receiver, ReceiverFactory, Stability,
 };
-use crate::config::{Checked, ConfigError, Value, parse_typed_all};
+use crate::config::{Checked, Compile, ConfigError, Value, parse_typed_all};
 use crate::exporterhelper::ExporterHelperSettings;
 
 /// A config parsed and checked by its factory ([`Checked`]), kept until the component is
@@ -18,7 +18,10 @@ use crate::exporterhelper::ExporterHelperSettings;
 pub struct ParsedConfig(Arc<dyn Any + Send + Sync>);
 
 impl ParsedConfig {
-    fn get<C: Clone + 'static>(&self, id: &super::ComponentId) -> Result<Checked<C>, BuildError> {
+    fn get<C: Compile + Clone + 'static>(
+        &self,
+        id: &super::ComponentId,
+    ) -> Result<Checked<C>, BuildError> {
         self.0
             .downcast_ref::<Checked<C>>()
             .cloned()

@@ -94,6 +94,31 @@ pub trait Validate {
     }
 }
 
+/// A component config's check, with what it builds on the way: every [`Validate`] config
+/// builds nothing (`()`). A config whose check has to build something its component runs
+/// with (regexes, a list of steps) implements this instead of [`Validate`], so that
+/// [`Checked`] carries the result to the create step and nothing is built twice.
+pub trait Compile {
+    /// What a valid config compiles into.
+    type Compiled: Clone + Send + Sync + 'static;
+
+    /// The compiled form, or every error at once (paths relative to the config's root).
+    fn compile(&self) -> Result<Self::Compiled, Vec<ConfigError>>;
+}
+
+impl<C: Validate> Compile for C {
+    type Compiled = ();
+
+    fn compile(&self) -> Result<(), Vec<ConfigError>> {
+        let errors = self.validate();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
 /// Deserializes a component's config sub-tree into `T`. `null` (as in `debug:`) means
 /// all defaults. A serde error gives its path, joined with `::`. Stops at the first
 /// error; [`parse_typed_all`] finds every one.

@@ -1,11 +1,12 @@
-//! Files for component tests: the component's `testdata/` configs, and folders of their own.
+//! Configs and files for component tests: the component's `testdata/` configs, what a
+//! config's check finds wrong, and folders of their own.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::de::DeserializeOwned;
 
-use crate::config::{ConfigError, parse_typed, parse_yaml};
+use crate::config::{Compile, ConfigError, parse_typed, parse_yaml};
 
 /// `testdata/<name>` of the crate at `dir` (its `CARGO_MANIFEST_DIR`), read as the
 /// config type `C`: the first error, with its path, when it does not parse as one.
@@ -17,6 +18,12 @@ pub fn testdata_config<C: DeserializeOwned + Default>(
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let value = parse_yaml(name, &text).unwrap_or_else(|e| panic!("{path}: {e}"));
     parse_typed(&value)
+}
+
+/// Every error a config's check finds: none for a valid one. The same for a config with
+/// a `Validate` as for one that compiles (`Compile`).
+pub fn config_errors<C: Compile>(config: &C) -> Vec<ConfigError> {
+    config.compile().err().unwrap_or_default()
 }
 
 /// A path for one test's folder, unique in this run (`tag`, the process, a counter),

@@ -7,7 +7,7 @@
 pub mod conformance;
 mod files;
 
-pub use files::{scratch_dir, scratch_path, testdata_config};
+pub use files::{config_errors, scratch_dir, scratch_path, testdata_config};
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

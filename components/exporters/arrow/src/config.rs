@@ -8,7 +8,7 @@ use std::time::Duration;
 use http::header::HeaderMap;
 use profcol_core::client::grpc::GrpcTarget;
 use profcol_core::client::tls::TlsClientSettings;
-use profcol_core::config::{ConfigError, Validate, duration};
+use profcol_core::config::{Compile, ConfigError, Validate, duration};
 use profcol_core::exporterhelper::{
     ExporterHelperSettings, OfflineSettings, QueueSettings, RetrySettings, validate_helper_blocks,
     validate_offline_block,
@@ -79,8 +79,11 @@ impl Default for DebuginfoSettings {
     }
 }
 
-impl Validate for DebuginfoSettings {
-    fn validate(&self) -> Vec<ConfigError> {
+/// The upload's settings compile into the headers sent on its own endpoint.
+impl Compile for DebuginfoSettings {
+    type Compiled = HeaderMap;
+
+    fn compile(&self) -> Result<HeaderMap, Vec<ConfigError>> {
         let mut errors = Vec::new();
         if self.endpoint.trim().is_empty() {
             if self.tls != TlsClientSettings::default() || !self.headers.is_empty() {
@@ -93,9 +96,7 @@ impl Validate for DebuginfoSettings {
             errors.extend(check_endpoint(&self.endpoint, self.tls.insecure));
         }
         errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
-        if let Err(e) = header_map(&self.headers) {
-            errors.extend(e);
-        }
+        let headers = header_map(&self.headers).map_err(|e| errors.extend(e));
         if self.timeout.is_zero() {
             errors.push(ConfigError::new("timeout", "must be greater than 0"));
         }
@@ -108,7 +109,10 @@ impl Validate for DebuginfoSettings {
         if !(1..=64).contains(&self.parallel_uploads) {
             errors.push(ConfigError::new("parallel_uploads", "must be from 1 to 64"));
         }
-        errors
+        match headers {
+            Ok(headers) if errors.is_empty() => Ok(headers),
+            _ => Err(errors),
+        }
     }
 }
 
@@ -164,14 +168,24 @@ impl ArrowExporterConfig {
     }
 }
 
-impl Validate for ArrowExporterConfig {
-    fn validate(&self) -> Vec<ConfigError> {
+/// The gRPC metadata an arrow exporter sends: what its config compiles into.
+#[derive(Debug, Clone, Default)]
+pub struct ArrowHeaders {
+    /// With every write (`headers`).
+    pub store: HeaderMap,
+    /// With every upload call on the upload's own endpoint (`debuginfo::headers`); empty
+    /// without a `debuginfo` block.
+    pub debuginfo: HeaderMap,
+}
+
+impl Compile for ArrowExporterConfig {
+    type Compiled = ArrowHeaders;
+
+    fn compile(&self) -> Result<ArrowHeaders, Vec<ConfigError>> {
         let mut errors = Vec::new();
         errors.extend(check_endpoint(&self.endpoint, self.tls.insecure));
         errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
-        if let Err(e) = header_map(&self.headers) {
-            errors.extend(e);
-        }
+        let store = header_map(&self.headers).map_err(|e| errors.extend(e));
         if self.schema == Schema::V1 && self.compression != Compression::default() {
             errors.push(ConfigError::new(
                 "compression",
@@ -183,10 +197,18 @@ impl Validate for ArrowExporterConfig {
             &self.sending_queue,
         ));
         errors.extend(validate_offline_block(&self.offline));
-        if let Some(d) = &self.debuginfo {
-            errors.extend(d.validate().into_iter().map(|e| e.under("debuginfo")));
+        let debuginfo = match &self.debuginfo {
+            None => Ok(HeaderMap::new()),
+            Some(d) => d
+                .compile()
+                .map_err(|e| errors.extend(e.into_iter().map(|e| e.under("debuginfo")))),
+        };
+        match (store, debuginfo) {
+            (Ok(store), Ok(debuginfo)) if errors.is_empty() => {
+                Ok(ArrowHeaders { store, debuginfo })
+            }
+            _ => Err(errors),
         }
-        errors
     }
 }
 
@@ -204,8 +226,6 @@ fn check_endpoint(endpoint: &str, insecure: bool) -> Option<ConfigError> {
 
 /// The configured headers as a header map; errors at `headers::<name>`. gRPC's own
 /// `grpc-*` headers are refused too.
-pub(crate) fn header_map(
-    headers: &BTreeMap<String, String>,
-) -> Result<HeaderMap, Vec<ConfigError>> {
+fn header_map(headers: &BTreeMap<String, String>) -> Result<HeaderMap, Vec<ConfigError>> {
     profcol_core::config::header_map(headers, &["grpc-"])
 }

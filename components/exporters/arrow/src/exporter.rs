@@ -8,7 +8,6 @@ use profcol_core::client::grpc::{WithHeaders, connect_lazy, from_grpc_status};
 use profcol_core::component::{
     BuildError, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
 };
-use profcol_core::config::ConfigErrors;
 use profcol_core::exporterhelper::ExporterHelperSettings;
 use profcol_core::pdata::ProfileBatch;
 use profcol_proto::parca::debuginfo::v1alpha1::debuginfo_service_client::DebuginfoServiceClient;
@@ -18,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::arrays::ipc_stream;
-use crate::config::{ArrowExporterConfig, Compression, Schema, header_map};
+use crate::config::{ArrowExporterConfig, ArrowHeaders, Compression, Schema};
 use crate::debuginfo::Debuginfo;
 use crate::model::Model;
 use crate::{record_v1, record_v2};
@@ -44,16 +43,9 @@ impl ExporterFactory for ArrowExporterFactory {
         config: profcol_core::config::Checked<ArrowExporterConfig>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
-        let config = config.into_inner();
-        Ok(Box::new(ArrowExporter::new(config, ctx)?))
+        let (config, headers) = config.into_parts();
+        Ok(Box::new(ArrowExporter::new(config, headers, ctx)?))
     }
-}
-
-fn headers_or_fail(
-    headers: &std::collections::BTreeMap<String, String>,
-    fail: &impl Fn(String) -> BuildError,
-) -> Result<http::HeaderMap, BuildError> {
-    header_map(headers).map_err(|errors| fail(ConfigErrors(errors).to_string()))
 }
 
 pub(crate) struct ArrowExporter {
@@ -66,27 +58,32 @@ pub(crate) struct ArrowExporter {
 }
 
 impl ArrowExporter {
-    fn new(config: ArrowExporterConfig, ctx: &CreateContext) -> Result<Self, BuildError> {
+    fn new(
+        config: ArrowExporterConfig,
+        headers: ArrowHeaders,
+        ctx: &CreateContext,
+    ) -> Result<Self, BuildError> {
         let who = ctx.id.to_string();
         let fail = |message: String| BuildError::new(&ctx.id, message);
         let (channel, target) =
             connect_lazy(&config.endpoint, &config.tls, config.timeout, &who).map_err(fail)?;
-        let headers = headers_or_fail(&config.headers, &fail)?;
-        let store =
-            ProfileStoreServiceClient::new(WithHeaders::new(channel.clone(), headers.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let store = ProfileStoreServiceClient::new(WithHeaders::new(
+            channel.clone(),
+            headers.store.clone(),
+        ))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let debuginfo = match config.debuginfo {
             None => None,
             Some(settings) => {
                 // Its own endpoint, or the exporter's channel and headers.
                 let transport = if settings.endpoint.trim().is_empty() {
-                    WithHeaders::new(channel, headers)
+                    WithHeaders::new(channel, headers.store)
                 } else {
                     let (channel, _) =
                         connect_lazy(&settings.endpoint, &settings.tls, settings.timeout, &who)
                             .map_err(|e| fail(format!("debuginfo: {e}")))?;
-                    WithHeaders::new(channel, headers_or_fail(&settings.headers, &fail)?)
+                    WithHeaders::new(channel, headers.debuginfo)
                 };
                 let client = DebuginfoServiceClient::new(transport)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)

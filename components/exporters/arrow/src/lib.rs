@@ -72,7 +72,7 @@ mod tests {
     use arrow_ipc::reader::StreamReader;
     use arrow_schema::{DataType, TimeUnit};
     use profcol_core::component::ExporterFactory;
-    use profcol_core::config::{ConfigError, Validate, Value, parse_typed, parse_yaml};
+    use profcol_core::config::{ConfigError, Value, parse_typed, parse_yaml};
     use profcol_core::pdata::testing::{
         WireDictionaryBuilder as DictionaryBuilder, batch_from_wire,
     };
@@ -81,6 +81,7 @@ mod tests {
         Sample, ScopeProfiles, Value as AttrValue, ValueType,
     };
     use profcol_core::pdata::{ProfileBatch, semconv};
+    use profcol_core::testkit::config_errors;
 
     use crate::config::{ArrowExporterConfig, Compression, Schema};
     use crate::model::Model;
@@ -1335,7 +1336,7 @@ mod tests {
         assert_eq!(d.retry_interval, Duration::from_secs(30));
         assert_eq!(d.max_file_size, 512 << 20);
         assert_eq!(d.parallel_uploads, 4);
-        assert!(c.validate().is_empty(), "{:?}", c.validate());
+        assert!(config_errors(&c).is_empty(), "{:?}", config_errors(&c));
         let helper = ArrowExporterFactory.helper_settings(&c);
         assert_eq!(helper.timeout, Duration::from_secs(10));
         assert_eq!(helper.retry, c.retry_on_failure);
@@ -1343,10 +1344,14 @@ mod tests {
         let v1: ArrowExporterConfig = parse_typed(&config["exporters"]["arrow/v1"]).expect("v1");
         assert_eq!(v1.schema, Schema::V1);
         assert_eq!(v1.debuginfo, None);
-        assert!(v1.validate().is_empty(), "{:?}", v1.validate());
+        assert!(config_errors(&v1).is_empty(), "{:?}", config_errors(&v1));
         let other: ArrowExporterConfig =
             parse_typed(&config["exporters"]["arrow/debuginfo_elsewhere"]).expect("elsewhere");
-        assert!(other.validate().is_empty(), "{:?}", other.validate());
+        assert!(
+            config_errors(&other).is_empty(),
+            "{:?}",
+            config_errors(&other)
+        );
     }
 
     #[test]
@@ -1387,7 +1392,7 @@ mod tests {
         "endpoint: ftp://parca:7070\ntls:\n  cert_file: /c.pem\nheaders:\n  grpc-timeout: 1S\nschema: v1\ncompression: zstd\nsending_queue:\n  queue_size: 0\ndebuginfo:\n  headers:\n    x: y\n  timeout: 0s\n  parallel_uploads: 0\n",
     )
     .expect("parse");
-        let errors = c.validate();
+        let errors = config_errors(&c);
         assert_eq!(
             paths(&errors),
             [
@@ -1402,10 +1407,13 @@ mod tests {
             ],
             "{errors:?}"
         );
-        let missing = ArrowExporterConfig::default().validate();
+        let missing = config_errors(&ArrowExporterConfig::default());
         assert_eq!(paths(&missing), ["endpoint"]);
         let c = parse("endpoint: parca\ndebuginfo:\n  endpoint: dbg\n").expect("parse");
-        assert_eq!(paths(&c.validate()), ["endpoint", "debuginfo::endpoint"]);
+        assert_eq!(
+            paths(&config_errors(&c)),
+            ["endpoint", "debuginfo::endpoint"]
+        );
     }
 
     #[tokio::test]

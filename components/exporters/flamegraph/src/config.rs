@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use profcol_core::config::{ConfigError, Validate, duration};
+use profcol_core::config::{Compile, ConfigError, duration};
 use serde::Deserialize;
 
 use crate::title::Title;
@@ -49,8 +49,17 @@ impl Default for Config {
     }
 }
 
-impl Validate for Config {
-    fn validate(&self) -> Vec<ConfigError> {
+/// What a flamegraph config compiles into: the title template and the trace filter.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub(crate) title: Title,
+    pub(crate) trace: Option<[u8; 16]>,
+}
+
+impl Compile for Config {
+    type Compiled = Compiled;
+
+    fn compile(&self) -> Result<Compiled, Vec<ConfigError>> {
         let mut errors = Vec::new();
         if self.directory.as_os_str().is_empty() {
             errors.push(ConfigError::new("directory", "must not be empty"));
@@ -61,13 +70,15 @@ impl Validate for Config {
                 "must be above 0 (one flame graph per service and sample type per interval)",
             ));
         }
-        if let Err(e) = Title::parse(&self.title) {
-            errors.push(ConfigError::new("title", e.to_string()));
+        let title = Title::parse(&self.title)
+            .map_err(|e| errors.push(ConfigError::new("title", e.to_string())));
+        let trace = self
+            .trace_filter()
+            .map_err(|e| errors.push(ConfigError::new("trace_id", e)));
+        match (title, trace) {
+            (Ok(title), Ok(trace)) if errors.is_empty() => Ok(Compiled { title, trace }),
+            _ => Err(errors),
         }
-        if let Err(e) = self.trace_filter() {
-            errors.push(ConfigError::new("trace_id", e));
-        }
-        errors
     }
 }
 

@@ -23,15 +23,15 @@ use profcol_core::exporterhelper::{ExporterHelperSettings, PeriodicTask};
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::utc;
 
-pub use config::{Config, DEFAULT_MAX_SERVICES};
+pub use config::{Compiled, Config, DEFAULT_MAX_SERVICES};
 pub use folded::UNKNOWN_SERVICE;
 pub use store::{INDEX_HTML, MANIFEST};
 pub use title::TitleError;
 
 use folded::Accumulator;
+use profcol_core::config::Checked;
 use services::ServiceCap;
 use store::Store;
-use title::Title;
 
 pub struct FlamegraphExporterFactory;
 
@@ -52,8 +52,7 @@ impl ExporterFactory for FlamegraphExporterFactory {
         config: profcol_core::config::Checked<Config>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
-        let config = config.into_inner();
-        let exporter = FlamegraphExporter::new(&config, &ctx.id.to_string(), &ctx.telemetry)
+        let exporter = FlamegraphExporter::new(config, &ctx.id.to_string(), &ctx.telemetry)
             .map_err(|e| BuildError::new(&ctx.id, e))?;
         Ok(Box::new(exporter))
     }
@@ -77,14 +76,11 @@ pub(crate) struct FlamegraphExporter {
 
 impl FlamegraphExporter {
     fn new(
-        config: &Config,
+        config: Checked<Config>,
         id: &str,
         telemetry: &profcol_core::telemetry::Telemetry,
     ) -> Result<Self, String> {
-        let title = Title::parse(&config.title).map_err(|e| format!("title: {e}"))?;
-        if config.interval.is_zero() {
-            return Err("interval: must be above 0".to_owned());
-        }
+        let (config, Compiled { title, trace }) = config.into_parts();
         let store = Store::open(&config.directory, config.keep, config.max_age, title)
             .map_err(|e| format!("cannot open {}: {e}", config.directory.display()))?;
         let folders = store
@@ -95,7 +91,7 @@ impl FlamegraphExporter {
             inner: Arc::new(Inner {
                 id: id.to_owned(),
                 interval: config.interval,
-                accumulator: StdMutex::new(Accumulator::for_trace(config.trace_filter()?)),
+                accumulator: StdMutex::new(Accumulator::for_trace(trace)),
                 services: StdMutex::new(services),
                 store: Arc::new(StdMutex::new(store)),
                 closed: AtomicBool::new(false),
@@ -233,7 +229,7 @@ mod tests {
     use std::time::Duration;
 
     use profcol_core::component::{ComponentId, CreateContext, Exporter, ExporterFactory};
-    use profcol_core::config::{ConfigError, Validate, parse_typed, parse_yaml};
+    use profcol_core::config::{ConfigError, parse_typed, parse_yaml};
     use profcol_core::pdata::ProfileBatch;
     use profcol_core::pdata::codec::plain_pprof;
     use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
@@ -245,6 +241,7 @@ mod tests {
         ScopeProfiles, Value, ValueType,
     };
     use profcol_core::telemetry::Telemetry;
+    use profcol_core::testkit::config_errors;
     use profcol_proto::pprof as pp;
 
     use super::*;
@@ -307,8 +304,12 @@ mod tests {
     }
 
     fn exporter(config: &Config) -> FlamegraphExporter {
-        assert!(config.validate().is_empty(), "{:?}", config.validate());
-        FlamegraphExporter::new(config, "flamegraph", &Telemetry::new()).expect("create")
+        FlamegraphExporter::new(checked(config.clone()), "flamegraph", &Telemetry::new())
+            .expect("create")
+    }
+
+    fn checked(config: Config) -> Checked<Config> {
+        Checked::check(config).unwrap_or_else(|errors| panic!("not a valid config: {errors:?}"))
     }
 
     fn names_in(dir: &Path) -> Vec<String> {
@@ -420,7 +421,7 @@ mod tests {
                 trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
             }
         );
-        assert!(c.validate().is_empty());
+        assert!(config_errors(&c).is_empty());
     }
 
     #[test]
@@ -432,7 +433,7 @@ mod tests {
         assert_eq!(c.max_age, Duration::ZERO);
         assert_eq!(c.max_services, 1000);
         assert_eq!(c.title, "{service} {type} {unit} {start}");
-        assert!(c.validate().is_empty());
+        assert!(config_errors(&c).is_empty());
         let s = FlamegraphExporterFactory.helper_settings(&c);
         assert!(!s.queue.enabled);
         assert!(!s.retry.enabled);
@@ -443,7 +444,7 @@ mod tests {
     #[test]
     fn validation_names_the_unknown_placeholder_and_a_zero_interval() {
         let c = parse("title: \"{service} on {host}\"\ninterval: 0s\n").expect("parses");
-        let errors: Vec<String> = c.validate().iter().map(ToString::to_string).collect();
+        let errors: Vec<String> = config_errors(&c).iter().map(ToString::to_string).collect();
         assert_eq!(
             errors,
             [
@@ -1145,7 +1146,8 @@ mod tests {
             max_services: 2,
             ..config(&dir)
         };
-        let e = FlamegraphExporter::new(&c, "flamegraph/capped", &telemetry).expect("create");
+        let e = FlamegraphExporter::new(checked(c.clone()), "flamegraph/capped", &telemetry)
+            .expect("create");
         for service in ["a", "b", "c", "a", "d"] {
             e.export(go_cpu(service)).await.expect("export");
         }
@@ -1164,7 +1166,8 @@ mod tests {
         e.shutdown().await.expect("shutdown");
 
         // Folders of an earlier run hold their places after a restart.
-        let e = FlamegraphExporter::new(&c, "flamegraph/capped", &telemetry).expect("create");
+        let e = FlamegraphExporter::new(checked(c.clone()), "flamegraph/capped", &telemetry)
+            .expect("create");
         e.export(go_cpu("c")).await.expect("export");
         e.export(go_cpu("b")).await.expect("export");
         e.shutdown().await.expect("shutdown");
@@ -1362,7 +1365,7 @@ mod tests {
             "00000000000000000000000000000000",
         ] {
             let config = parse(&format!("directory: /tmp/x\ntrace_id: \"{bad}\"")).expect("parses");
-            let errors = config.validate();
+            let errors = config_errors(&config);
             assert!(
                 errors.iter().any(|e| e.to_string().contains("trace_id")),
                 "{bad}: {errors:?}"

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::header::HeaderMap;
 use http::uri::Uri;
-use profcol_core::config::{ConfigError, Validate, duration};
+use profcol_core::config::{Compile, ConfigError, Validate, duration};
 use profcol_core::exporterhelper::{
     ExporterHelperSettings, OfflineSettings, QueueSettings, RetrySettings, validate_helper_blocks,
     validate_offline_block,
@@ -118,8 +118,11 @@ impl OtlpExporterConfig {
     }
 }
 
-impl Validate for OtlpExporterConfig {
-    fn validate(&self) -> Vec<ConfigError> {
+/// An otlp config compiles into the metadata sent with every call (`headers`).
+impl Compile for OtlpExporterConfig {
+    type Compiled = HeaderMap;
+
+    fn compile(&self) -> Result<HeaderMap, Vec<ConfigError>> {
         let mut errors = Vec::new();
         if self.endpoint.trim().is_empty() {
             errors.push(ConfigError::new(
@@ -136,15 +139,16 @@ impl Validate for OtlpExporterConfig {
             ));
         }
         errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
-        if let Err(e) = header_map(&self.headers) {
-            errors.extend(e);
-        }
+        let headers = header_map(&self.headers).map_err(|e| errors.extend(e));
         errors.extend(validate_helper_blocks(
             &self.retry_on_failure,
             &self.sending_queue,
         ));
         errors.extend(validate_offline_block(&self.offline));
-        errors
+        match headers {
+            Ok(headers) if errors.is_empty() => Ok(headers),
+            _ => Err(errors),
+        }
     }
 }
 
@@ -220,12 +224,20 @@ impl OtlpHttpExporterConfig {
     }
 }
 
-impl Validate for OtlpHttpExporterConfig {
-    fn validate(&self) -> Vec<ConfigError> {
+/// Where an otlphttp exporter posts, and the headers it adds: what its config compiles
+/// into.
+#[derive(Debug, Clone)]
+pub struct HttpDestination {
+    pub url: Uri,
+    pub headers: HeaderMap,
+}
+
+impl Compile for OtlpHttpExporterConfig {
+    type Compiled = HttpDestination;
+
+    fn compile(&self) -> Result<HttpDestination, Vec<ConfigError>> {
         let mut errors = Vec::new();
-        if let Err(e) = self.profiles_url() {
-            errors.push(e);
-        }
+        let url = self.profiles_url().map_err(|e| errors.push(e));
         // A base endpoint that is overridden is still checked, as otelcol does.
         if self.profiles_endpoint().is_some()
             && !self.endpoint.trim().is_empty()
@@ -234,15 +246,16 @@ impl Validate for OtlpHttpExporterConfig {
             errors.push(ConfigError::new("endpoint", e));
         }
         errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
-        if let Err(e) = header_map(&self.headers) {
-            errors.extend(e);
-        }
+        let headers = header_map(&self.headers).map_err(|e| errors.extend(e));
         errors.extend(validate_helper_blocks(
             &self.retry_on_failure,
             &self.sending_queue,
         ));
         errors.extend(validate_offline_block(&self.offline));
-        errors
+        match (url, headers) {
+            (Ok(url), Ok(headers)) if errors.is_empty() => Ok(HttpDestination { url, headers }),
+            _ => Err(errors),
+        }
     }
 }
 
@@ -292,8 +305,6 @@ fn parse_http_url(text: &str, append_profiles_path: bool) -> Result<Uri, String>
 
 /// The configured headers as a header map; errors at `headers::<name>`. gRPC's own
 /// `grpc-*` headers are refused too.
-pub(crate) fn header_map(
-    headers: &BTreeMap<String, String>,
-) -> Result<HeaderMap, Vec<ConfigError>> {
+fn header_map(headers: &BTreeMap<String, String>) -> Result<HeaderMap, Vec<ConfigError>> {
     profcol_core::config::header_map(headers, &["grpc-"])
 }

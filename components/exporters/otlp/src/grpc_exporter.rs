@@ -31,7 +31,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::transport::Channel;
 use tower_service::Service;
 
-use crate::config::{Compression, Encoding, OtlpExporterConfig, header_map};
+use crate::config::{Compression, Encoding, OtlpExporterConfig};
 use crate::payload::{Encoded, encode_batch};
 use crate::reply::{PartialSuccess, from_grpc_status};
 
@@ -63,8 +63,8 @@ impl ExporterFactory for OtlpExporterFactory {
         config: profcol_core::config::Checked<OtlpExporterConfig>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
-        let config = config.into_inner();
-        Ok(Box::new(GrpcExporter::new(&config, ctx)?))
+        let (config, headers) = config.into_parts();
+        Ok(Box::new(GrpcExporter::new(&config, headers, ctx)?))
     }
 }
 
@@ -80,6 +80,7 @@ pub(crate) struct GrpcExporter {
 impl GrpcExporter {
     pub(crate) fn new(
         config: &OtlpExporterConfig,
+        headers: HeaderMap,
         ctx: &CreateContext,
     ) -> Result<Self, BuildError> {
         let fail = |message: String| BuildError::new(&ctx.id, message);
@@ -91,15 +92,6 @@ impl GrpcExporter {
             &ctx.id.to_string(),
         )
         .map_err(fail)?;
-        let headers = header_map(&config.headers).map_err(|errors| {
-            fail(
-                errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            )
-        })?;
         let transport = Transport {
             channel,
             headers: Arc::new(headers),

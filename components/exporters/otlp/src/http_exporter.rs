@@ -22,7 +22,7 @@ use profcol_core::pdata::types::ExportProfilesServiceResponse;
 use profcol_core::telemetry::WireBytes;
 use prost::Message;
 
-use crate::config::{Compression, Encoding, OtlpHttpExporterConfig, header_map};
+use crate::config::{Compression, Encoding, HttpDestination, OtlpHttpExporterConfig};
 use crate::payload::{Encoded, encode_batch};
 use crate::reply::{PartialSuccess, error_chain, from_http_status};
 use profcol_core::client::grpc::USER_AGENT;
@@ -49,8 +49,8 @@ impl ExporterFactory for OtlpHttpExporterFactory {
         config: profcol_core::config::Checked<OtlpHttpExporterConfig>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
-        let config = config.into_inner();
-        Ok(Box::new(HttpExporter::new(&config, ctx)?))
+        let (config, destination) = config.into_parts();
+        Ok(Box::new(HttpExporter::new(&config, destination, ctx)?))
     }
 }
 
@@ -69,19 +69,13 @@ pub(crate) struct HttpExporter {
 impl HttpExporter {
     pub(crate) fn new(
         config: &OtlpHttpExporterConfig,
+        HttpDestination {
+            url,
+            headers: configured,
+        }: HttpDestination,
         ctx: &CreateContext,
     ) -> Result<Self, BuildError> {
         let fail = |message: String| BuildError::new(&ctx.id, message);
-        let url = config.profiles_url().map_err(|e| fail(e.to_string()))?;
-        let configured = header_map(&config.headers).map_err(|errors| {
-            fail(
-                errors
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            )
-        })?;
         let mut headers = HeaderMap::new();
         headers.insert(
             http::header::USER_AGENT,

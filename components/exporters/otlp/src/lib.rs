@@ -16,8 +16,8 @@ mod reply;
 pub use profcol_proto::google_rpc as rpc;
 
 pub use config::{
-    Compression, Encoding, OtlpExporterConfig, OtlpHttpExporterConfig, PROFILES_PATH,
-    TlsClientSettings,
+    Compression, Encoding, HttpDestination, OtlpExporterConfig, OtlpHttpExporterConfig,
+    PROFILES_PATH, TlsClientSettings,
 };
 pub use grpc_exporter::{EXPORT_PATH, OtlpExporterFactory};
 pub use http_exporter::OtlpHttpExporterFactory;

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use profcol_core::config::{ConfigError, Validate, duration};
+use http::HeaderMap;
+use profcol_core::config::{Compile, ConfigError, duration};
 use profcol_core::exporterhelper::{
     ExporterHelperSettings, OfflineSettings, QueueSettings, RetrySettings, validate_helper_blocks,
     validate_offline_block,
@@ -96,32 +97,49 @@ impl Config {
     }
 }
 
-impl Validate for Config {
-    fn validate(&self) -> Vec<ConfigError> {
+/// What a pprof exporter config compiles into: the file name template (with
+/// `write_files`) and where to push (with an `endpoint`).
+#[derive(Debug, Clone, Default)]
+pub struct Compiled {
+    pub(crate) file_name: Option<Template>,
+    pub(crate) push: Option<PushTarget>,
+}
+
+/// A Pyroscope endpoint and the headers sent to it.
+#[derive(Debug, Clone)]
+pub(crate) struct PushTarget {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) headers: HeaderMap,
+}
+
+impl Compile for Config {
+    type Compiled = Compiled;
+
+    fn compile(&self) -> Result<Compiled, Vec<ConfigError>> {
         let mut errors = Vec::new();
+        let mut file_name = None;
         if self.write_files {
             if self.directory.as_os_str().is_empty() {
                 errors.push(ConfigError::new("directory", "must not be empty"));
             }
-            if let Err(e) = Template::parse(&self.file_name) {
-                errors.push(ConfigError::new("file_name", e.to_string()));
+            match Template::parse(&self.file_name) {
+                Ok(template) => file_name = Some(template),
+                Err(e) => errors.push(ConfigError::new("file_name", e.to_string())),
             }
         }
+        let mut endpoint = None;
         match self.endpoint() {
-            Some(endpoint) => {
-                if let Err(e) = Endpoint::parse(endpoint) {
-                    errors.push(ConfigError::new("endpoint", e));
-                }
-            }
+            Some(text) => match Endpoint::parse(text) {
+                Ok(parsed) => endpoint = Some(parsed),
+                Err(e) => errors.push(ConfigError::new("endpoint", e)),
+            },
             None if !self.write_files => errors.push(ConfigError::new(
                 "write_files",
                 "is false and no endpoint is set: the exporter would do nothing",
             )),
             None => {}
         }
-        if let Err(e) = header_map(&self.headers) {
-            errors.extend(e);
-        }
+        let headers = header_map(&self.headers).map_err(|e| errors.extend(e));
         errors.extend(validate_helper_blocks(
             &self.retry_on_failure,
             &self.sending_queue,
@@ -138,6 +156,12 @@ impl Validate for Config {
                 "needs a push to Pyroscope of each batch as it comes: endpoint set, interval: 0s and write_files: false",
             ));
         }
-        errors
+        match headers {
+            Ok(headers) if errors.is_empty() => Ok(Compiled {
+                file_name,
+                push: endpoint.map(|endpoint| PushTarget { endpoint, headers }),
+            }),
+            _ => Err(errors),
+        }
     }
 }

@@ -39,7 +39,7 @@ use profcol_core::pdata::{ProfileBatch, semconv};
 use profcol_core::telemetry::WireBytes;
 use profcol_core::utc;
 
-pub use config::{Config, DEFAULT_FILE_NAME, DEFAULT_MAX_FILES, DEFAULT_MAX_SERVICES};
+pub use config::{Compiled, Config, DEFAULT_FILE_NAME, DEFAULT_MAX_FILES, DEFAULT_MAX_SERVICES};
 pub use push::SPY_NAME;
 pub use template::TemplateError;
 
@@ -75,8 +75,8 @@ impl ExporterFactory for PprofExporterFactory {
         config: profcol_core::config::Checked<Config>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
-        let config = config.into_inner();
-        let exporter = PprofExporter::new(&config, &ctx.id.to_string(), &ctx.telemetry)
+        let (config, compiled) = config.into_parts();
+        let exporter = PprofExporter::new(&config, compiled, &ctx.id.to_string(), &ctx.telemetry)
             .map_err(|e| BuildError::new(&ctx.id, e))?;
         Ok(Box::new(exporter))
     }
@@ -259,18 +259,14 @@ pub(crate) struct PprofExporter {
 impl PprofExporter {
     fn new(
         config: &Config,
+        compiled: Compiled,
         id: &str,
         telemetry: &profcol_core::telemetry::Telemetry,
     ) -> Result<Self, String> {
-        let template = if config.write_files {
-            Some(Template::parse(&config.file_name).map_err(|e| format!("file_name: {e}"))?)
-        } else {
-            None
-        };
-        let pusher = match config.endpoint() {
-            Some(endpoint) => Some(Pusher::new(
-                endpoint,
-                &config.headers,
+        let template = compiled.file_name;
+        let pusher = match compiled.push {
+            Some(target) => Some(Pusher::new(
+                target,
                 config.timeout,
                 WireBytes::sent(telemetry, id),
             )?),
@@ -627,7 +623,7 @@ mod tests {
     use hyper::service::service_fn;
     use hyper_util::rt::TokioIo;
     use profcol_core::component::{ComponentId, CreateContext, Exporter, ExporterFactory};
-    use profcol_core::config::{ConfigError, Validate, parse_typed, parse_yaml};
+    use profcol_core::config::{ConfigError, parse_typed, parse_yaml};
     use profcol_core::exporterhelper::{QueueSettings, RetrySettings};
     use profcol_core::pdata::ProfileBatch;
     use profcol_core::pdata::codec::plain_pprof;
@@ -636,6 +632,7 @@ mod tests {
     use profcol_core::pdata::types as wire;
     use profcol_core::pdata::types::{AnyValue, KeyValue, Value};
     use profcol_core::telemetry::Telemetry;
+    use profcol_core::testkit::config_errors;
     use profcol_proto::pprof as pp;
     use prost::Message;
     use tokio::net::TcpListener;
@@ -719,19 +716,14 @@ mod tests {
     }
 
     fn create_with(config: Config, telemetry: &Telemetry) -> Box<dyn Exporter> {
-        let errors = config.validate();
-        assert!(errors.is_empty(), "{errors:?}");
+        let config = profcol_core::config::Checked::check(config)
+            .unwrap_or_else(|errors| panic!("not a valid config: {errors:?}"));
         let ctx = CreateContext {
             id: ComponentId::new("pprof", None),
             telemetry: telemetry.clone(),
             host: Default::default(),
         };
-        PprofExporterFactory
-            .create(
-                profcol_core::config::Checked::check(config).expect("a valid config"),
-                &ctx,
-            )
-            .expect("create")
+        PprofExporterFactory.create(config, &ctx).expect("create")
     }
 
     /// File names in `dir`, sorted.
@@ -952,7 +944,7 @@ mod tests {
                 offline: Default::default(),
             }
         );
-        assert!(c.validate().is_empty(), "{:?}", c.validate());
+        assert!(config_errors(&c).is_empty(), "{:?}", config_errors(&c));
         let s = PprofExporterFactory.helper_settings(&c);
         assert_eq!(s.timeout, Duration::from_secs(10));
         assert_eq!(s.retry.max_elapsed_time, Duration::from_secs(120));
@@ -971,7 +963,7 @@ mod tests {
             (Duration::ZERO, 10_000, 1000)
         );
         assert_eq!(c.endpoint(), None);
-        assert!(c.validate().is_empty());
+        assert!(config_errors(&c).is_empty());
         assert_eq!(PprofExporterFactory::TYPE_NAME, "pprof");
         assert_eq!(PprofExporterFactory::STABILITY, Stability::Alpha);
     }
@@ -979,7 +971,7 @@ mod tests {
     #[test]
     fn unknown_placeholder_is_a_validation_error_naming_it() {
         let c = parse("file_name: \"{service}-{host}.pb.gz\"\n").expect("parses");
-        let errors: Vec<String> = c.validate().iter().map(ToString::to_string).collect();
+        let errors: Vec<String> = config_errors(&c).iter().map(ToString::to_string).collect();
         assert_eq!(
             errors,
             [
@@ -987,7 +979,7 @@ mod tests {
             ]
         );
         let c = parse("file_name: \"../{service}.pb.gz\"\n").expect("parses");
-        assert_eq!(c.validate()[0].path, "file_name");
+        assert_eq!(config_errors(&c)[0].path, "file_name");
     }
 
     #[test]
@@ -996,7 +988,7 @@ mod tests {
         "write_files: false\nendpoint: pyroscope:4040\nheaders:\n  content-type: x\n  \"bad name\": y\nretry_on_failure:\n  multiplier: 0.5\n",
     )
     .expect("parses");
-        let paths: Vec<String> = c.validate().into_iter().map(|e| e.path).collect();
+        let paths: Vec<String> = config_errors(&c).into_iter().map(|e| e.path).collect();
         assert_eq!(
             paths,
             [
@@ -1007,11 +999,11 @@ mod tests {
             ]
         );
         let c = parse("write_files: false\n").expect("parses");
-        assert_eq!(c.validate()[0].path, "write_files");
+        assert_eq!(config_errors(&c)[0].path, "write_files");
         // With files off, the template is not checked.
         let c = parse("write_files: false\nendpoint: http://x:4040\nfile_name: \"{nope}\"\n")
             .expect("parses");
-        assert!(c.validate().is_empty());
+        assert!(config_errors(&c).is_empty());
     }
 
     // ---- files --------------------------------------------------------------------------
@@ -1825,9 +1817,7 @@ mod tests {
     #[test]
     fn offline_needs_a_push_of_each_batch() {
         let errors = |yaml: &str| -> Vec<String> {
-            parse(yaml)
-                .expect("parses")
-                .validate()
+            config_errors(&parse(yaml).expect("parses"))
                 .iter()
                 .map(|e| e.path.clone())
                 .collect()

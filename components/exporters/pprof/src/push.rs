@@ -17,6 +17,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use profcol_core::component::ExportError;
 use profcol_core::config::ConfigError;
+
+use crate::config::PushTarget;
 use profcol_core::pdata::types::{KeyValue, Value};
 use profcol_core::telemetry::WireBytes;
 
@@ -215,20 +217,12 @@ pub(crate) struct Pusher {
 }
 
 impl Pusher {
-    pub fn new(
-        endpoint: &str,
-        configured: &BTreeMap<String, String>,
-        timeout: Duration,
-        bytes: WireBytes,
-    ) -> Result<Self, String> {
-        let endpoint = Endpoint::parse(endpoint)?;
-        let configured = header_map(configured).map_err(|errors| {
-            errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; ")
-        })?;
+    /// Pushes to a checked config's target.
+    pub fn new(target: PushTarget, timeout: Duration, bytes: WireBytes) -> Result<Self, String> {
+        let PushTarget {
+            endpoint,
+            headers: configured,
+        } = target;
         let mut headers = HeaderMap::new();
         headers.insert(
             http::header::USER_AGENT,

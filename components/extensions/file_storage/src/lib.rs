@@ -9,7 +9,7 @@ use profcol_core::component::{
     BuildError, ComponentError, CreateContext, Extension, ExtensionContext, ExtensionFactory,
     Stability,
 };
-use profcol_core::config::{ConfigError, Validate, duration};
+use profcol_core::config::{Compile, ConfigError, duration};
 use profcol_core::exporterhelper::disk::create_dir_all_with_mode;
 use serde::Deserialize;
 
@@ -53,16 +53,21 @@ fn parse_mode(text: &str) -> Result<u32, String> {
     u32::from_str_radix(digits, 8).map_err(|e| e.to_string())
 }
 
-impl Validate for Config {
-    fn validate(&self) -> Vec<ConfigError> {
+/// A file_storage config compiles into the mode its folders are created with.
+impl Compile for Config {
+    type Compiled = u32;
+
+    fn compile(&self) -> Result<u32, Vec<ConfigError>> {
         let mut errors = Vec::new();
         if self.directory.as_os_str().is_empty() {
             errors.push(ConfigError::new("directory", "must not be empty"));
         }
-        if let Err(e) = parse_mode(&self.directory_permissions) {
-            errors.push(ConfigError::new("directory_permissions", e));
+        let mode = parse_mode(&self.directory_permissions)
+            .map_err(|e| errors.push(ConfigError::new("directory_permissions", e)));
+        match mode {
+            Ok(mode) if errors.is_empty() => Ok(mode),
+            _ => Err(errors),
         }
-        errors
     }
 }
 
@@ -79,7 +84,7 @@ impl ExtensionFactory for FileStorageFactory {
         config: profcol_core::config::Checked<Config>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Extension>, BuildError> {
-        let config = config.into_inner();
+        let (config, mode) = config.into_parts();
         // Each instance gets its own subdirectory, so two file_storage ids never collide.
         if !config.create_directory && !config.directory.is_dir() {
             return Err(BuildError::new(
@@ -87,8 +92,6 @@ impl ExtensionFactory for FileStorageFactory {
                 format!("{} is not a directory", config.directory.display()),
             ));
         }
-        let mode = parse_mode(&config.directory_permissions)
-            .map_err(|e| BuildError::new(&ctx.id, format!("directory_permissions {e}")))?;
         let dir = config.directory.join(ctx.id.to_string().replace('/', "_"));
         create_dir_all_with_mode(&dir, mode).map_err(|e| {
             BuildError::caused_by(&ctx.id, format!("cannot create {}", dir.display()), e)
@@ -117,6 +120,7 @@ impl Extension for FileStorage {
 mod tests {
     use super::*;
     use profcol_core::component::ComponentId;
+    use profcol_core::testkit::config_errors;
 
     use profcol_core::telemetry::Telemetry;
 
@@ -129,7 +133,7 @@ mod tests {
         let c = load("config.yaml").expect("valid");
         assert_eq!(c.directory, PathBuf::from("/tmp/profcol-state"));
         assert_eq!(c.timeout, Duration::from_secs(2));
-        assert!(c.validate().is_empty());
+        assert!(config_errors(&c).is_empty());
     }
 
     #[test]
@@ -138,7 +142,10 @@ mod tests {
             directory: PathBuf::new(),
             ..Config::default()
         };
-        assert_eq!(c.validate()[0].to_string(), "directory: must not be empty");
+        assert_eq!(
+            config_errors(&c)[0].to_string(),
+            "directory: must not be empty"
+        );
     }
 
     #[test]
@@ -148,7 +155,7 @@ mod tests {
                 directory_permissions: bad.to_owned(),
                 ..Config::default()
             };
-            let errors = c.validate();
+            let errors = config_errors(&c);
             assert_eq!(errors.len(), 1, "{bad:?}");
             assert_eq!(errors[0].path, "directory_permissions", "{bad:?}");
         }

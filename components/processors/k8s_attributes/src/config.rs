@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use profcol_core::config::{ConfigError, Validate, duration};
+use profcol_core::config::{Compile, ConfigError, duration};
 use regex::Regex;
 use serde::Deserialize;
 
@@ -547,9 +547,12 @@ fn compile_rules(rules: &[AssociationRuleConfig], errors: &mut Vec<ConfigError>)
     out
 }
 
-impl Config {
-    /// Checks everything and compiles what the processor uses; every error at once.
-    pub fn settings(&self) -> Result<Settings, Vec<ConfigError>> {
+/// A k8s_attributes config compiles into the [`Settings`] the processor uses (rules,
+/// regexes, selectors), or every error at once.
+impl Compile for Config {
+    type Compiled = Settings;
+
+    fn compile(&self) -> Result<Settings, Vec<ConfigError>> {
         let mut errors = Vec::new();
         let auth_type = AuthType::parse(&self.auth_type);
         if auth_type.is_none() {
@@ -660,7 +663,9 @@ impl Config {
             _ => Err(errors),
         }
     }
+}
 
+impl Config {
     /// The node whose pods are watched: `node_from_env_var`'s value, else `node`. A
     /// variable that is named but unset or empty is an error (each said as it is): watching every pod in the cluster
     /// from each node by accident is what it would otherwise mean.
@@ -684,12 +689,6 @@ impl Config {
     }
 }
 
-impl Validate for Config {
-    fn validate(&self) -> Vec<ConfigError> {
-        self.settings().err().unwrap_or_default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -707,7 +706,9 @@ mod tests {
 
     fn errors(text: &str) -> Vec<String> {
         parse(text)
-            .validate()
+            .compile()
+            .err()
+            .unwrap_or_default()
             .iter()
             .map(ToString::to_string)
             .collect()
@@ -733,7 +734,7 @@ mod tests {
         );
         let names: Vec<&str> = c.exclude.pods.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["jaeger-agent", "jaeger-collector"]);
-        let s = c.settings().expect("valid");
+        let s = c.compile().expect("valid");
         assert_eq!(s.auth_type, AuthType::ServiceAccount);
         assert_eq!(s.rules, default_rules());
         assert!(s.metadata.has(Metadata::DeploymentName));
@@ -744,9 +745,8 @@ mod tests {
     #[test]
     fn testdata_config_parses_and_compiles() {
         let c = load("config.yaml").expect("valid");
-        assert!(c.validate().is_empty(), "{:?}", c.validate());
         assert_eq!(c.wait_for_metadata_timeout, Duration::from_secs(30));
-        let s = c.settings().expect("settings");
+        let s = c.compile().expect("settings");
         assert_eq!(s.auth_type, AuthType::KubeConfig);
         assert_eq!(s.namespace.as_deref(), Some("shop"));
         assert_eq!(s.field_selector, ["status.phase=Running"]);
@@ -877,7 +877,7 @@ exclude:
             "pod_association:\n  - sources:\n      - {from: resource_attribute, name: k8s.pod.name}\n      - {from: resource_attribute, name: k8s.namespace.name}\n      - {from: resource_attribute, name: k8s.node.name}\n      - {from: connection}\n",
         );
         assert_eq!(
-            c.settings().expect("valid").rules[0].sources.len(),
+            c.compile().expect("valid").rules[0].sources.len(),
             MAX_SOURCES_PER_RULE
         );
     }
@@ -915,7 +915,7 @@ exclude:
         assert!(errs.is_empty(), "{errs:?}");
         let s = parse_typed::<Config>(&v)
             .expect("parses")
-            .settings()
+            .compile()
             .expect("valid");
         assert_eq!(s.labels[0].tag_for("team").as_deref(), Some("team"));
         assert_eq!(

@@ -188,12 +188,9 @@ impl ProcessorFactory for K8sAttributesFactory {
         config: profcol_core::config::Checked<Config>,
         ctx: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError> {
-        let config = config.into_inner();
+        let (config, settings) = config.into_parts();
+        let settings = Arc::new(settings);
         let id = ctx.base.id.to_string();
-        let settings = Arc::new(config.settings().map_err(|errors| {
-            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            BuildError::new(&ctx.base.id, text.join("; "))
-        })?);
         let metrics = Metrics::new(&ctx.base.telemetry, &id);
         if settings.passthrough {
             return Ok(Box::new(K8sAttributesProcessor::new(

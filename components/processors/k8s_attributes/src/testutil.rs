@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::Event;
-use profcol_core::config::{parse_typed, parse_yaml};
+use profcol_core::config::{Compile, parse_typed, parse_yaml};
 use profcol_core::pdata::types::{AnyValue, KeyValue, Value};
 use serde_json::json;
 
@@ -16,7 +16,7 @@ pub fn config(yaml: &str) -> Config {
 }
 
 pub fn settings(yaml: &str) -> Settings {
-    config(yaml).settings().expect("valid settings")
+    config(yaml).compile().expect("valid settings")
 }
 
 pub fn pod(v: serde_json::Value) -> Pod {

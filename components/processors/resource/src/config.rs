@@ -1,6 +1,6 @@
 //! The resource processor's config: otelcol's `attributes` list of actions.
 
-use profcol_core::config::{ConfigError, Validate, Value};
+use profcol_core::config::{Compile, ConfigError, Value};
 use profcol_core::pdata::types::{AnyValue, Value as Otlp};
 use serde::{Deserialize, Deserializer};
 
@@ -190,9 +190,11 @@ impl AttributeAction {
     }
 }
 
-impl Config {
-    /// The actions as steps, or every error in them.
-    pub fn steps(&self) -> Result<Vec<Step>, Vec<ConfigError>> {
+/// A resource config compiles into its actions as steps, or every error in them.
+impl Compile for Config {
+    type Compiled = Vec<Step>;
+
+    fn compile(&self) -> Result<Vec<Step>, Vec<ConfigError>> {
         if self.attributes.is_empty() {
             return Err(vec![ConfigError::new(
                 "attributes",
@@ -218,12 +220,6 @@ impl Config {
     }
 }
 
-impl Validate for Config {
-    fn validate(&self) -> Vec<ConfigError> {
-        self.steps().err().unwrap_or_default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,7 +236,9 @@ mod tests {
     fn errors(text: &str) -> Vec<String> {
         parse(text)
             .expect("parses")
-            .validate()
+            .compile()
+            .err()
+            .unwrap_or_default()
             .iter()
             .map(ToString::to_string)
             .collect()
@@ -253,9 +251,9 @@ mod tests {
     #[test]
     fn testdata_config_parses_into_steps() {
         let c = load("config.yaml").expect("valid");
-        assert!(c.validate().is_empty());
+        assert!(c.compile().is_ok());
         assert_eq!(
-            c.steps().expect("steps"),
+            c.compile().expect("steps"),
             vec![
                 Step::Set {
                     key: "deployment.environment".into(),
@@ -297,7 +295,7 @@ mod tests {
     #[test]
     fn actions_are_case_insensitive_and_checked() {
         let c = parse("attributes: [{key: a, action: UPSERT, value: x}]\n").expect("parses");
-        assert!(c.validate().is_empty());
+        assert!(c.compile().is_ok());
         let e = parse("attributes:\n  - {key: a, action: delete}\n  - {key: b, action: remove}\n")
             .expect_err("bad action");
         assert_eq!(e.path, "attributes[1]::action");
@@ -330,7 +328,8 @@ mod tests {
         assert_eq!(
             parse_typed::<Config>(&Value::Null)
                 .expect("null")
-                .validate()
+                .compile()
+                .expect_err("no actions")
                 .len(),
             1
         );
@@ -380,7 +379,7 @@ mod tests {
         )
         .expect("parses");
         let values: Vec<Source> = c
-            .steps()
+            .compile()
             .expect("steps")
             .into_iter()
             .filter_map(|s| match s {

@@ -22,13 +22,9 @@ impl ProcessorFactory for ResourceFactory {
     fn create(
         &self,
         config: profcol_core::config::Checked<Config>,
-        ctx: &ProcessorCreateContext,
+        _: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError> {
-        let config = config.into_inner();
-        let steps = config.steps().map_err(|errors| {
-            let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-            BuildError::new(&ctx.base.id, text.join("; "))
-        })?;
+        let (_, steps) = config.into_parts();
         Ok(Box::new(ResourceProcessor::new(steps)))
     }
 }

@@ -85,7 +85,7 @@ impl Processor for ResourceProcessor {
 mod tests {
     use super::*;
     use crate::config::Config;
-    use profcol_core::config::{parse_typed, parse_yaml};
+    use profcol_core::config::{Compile, parse_typed, parse_yaml};
     use profcol_core::pdata::types::Value;
 
     fn s(v: &str) -> Option<AnyValue> {
@@ -106,7 +106,7 @@ mod tests {
 
     fn processor(yaml: &str) -> ResourceProcessor {
         let config: Config = parse_typed(&parse_yaml("test", yaml).expect("yaml")).expect("parses");
-        ResourceProcessor::new(config.steps().expect("valid"))
+        ResourceProcessor::new(config.compile().expect("valid"))
     }
 
     async fn run(p: &mut ResourceProcessor, b: ProfileBatch) -> ProfileBatch {

@@ -1,6 +1,6 @@
 //! The service_name processor's config.
 
-use profcol_core::config::{ConfigError, Validate};
+use profcol_core::config::{Compile, ConfigError};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -31,23 +31,19 @@ pub enum Format {
     Semconv,
 }
 
-impl Config {
-    /// The validated `format`.
-    pub fn format(&self) -> Result<Format, ConfigError> {
+/// A service_name config compiles into its [`Format`].
+impl Compile for Config {
+    type Compiled = Format;
+
+    fn compile(&self) -> Result<Format, Vec<ConfigError>> {
         match self.format.as_str() {
             "plain" => Ok(Format::Plain),
             "semconv" => Ok(Format::Semconv),
-            other => Err(ConfigError::new(
+            other => Err(vec![ConfigError::new(
                 "format",
                 format!("unknown format {other:?}; expected plain or semconv"),
-            )),
+            )]),
         }
-    }
-}
-
-impl Validate for Config {
-    fn validate(&self) -> Vec<ConfigError> {
-        self.format().err().into_iter().collect()
     }
 }
 
@@ -68,8 +64,7 @@ mod tests {
     fn defaults() {
         let c = parse_typed::<Config>(&Value::Null).expect("null");
         assert!(c.from_process_environment);
-        assert_eq!(c.format().expect("valid"), Format::Plain);
-        assert!(c.validate().is_empty());
+        assert_eq!(c.compile().expect("valid"), Format::Plain);
         assert_eq!(parse("{}").expect("empty"), Config::default());
     }
 
@@ -83,14 +78,18 @@ mod tests {
                 format: "semconv".into(),
             }
         );
-        assert_eq!(c.format().expect("valid"), Format::Semconv);
-        assert!(c.validate().is_empty());
+        assert_eq!(c.compile().expect("valid"), Format::Semconv);
     }
 
     #[test]
     fn format_is_validated() {
         let c = parse("format: Semconv").expect("parses");
-        let errors: Vec<String> = c.validate().iter().map(ToString::to_string).collect();
+        let errors: Vec<String> = c
+            .compile()
+            .expect_err("not a format")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(
             errors,
             vec!["format: unknown format \"Semconv\"; expected plain or semconv"]

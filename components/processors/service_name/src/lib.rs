@@ -29,12 +29,9 @@ impl ProcessorFactory for ServiceNameFactory {
     fn create(
         &self,
         config: profcol_core::config::Checked<Config>,
-        ctx: &ProcessorCreateContext,
+        _: &ProcessorCreateContext,
     ) -> Result<Box<dyn Processor>, BuildError> {
-        let config = config.into_inner();
-        let format = config
-            .format()
-            .map_err(|e| BuildError::new(&ctx.base.id, e.to_string()))?;
+        let (config, format) = config.into_parts();
         Ok(Box::new(ServiceNameProcessor::new(
             format,
             config

@@ -22,7 +22,7 @@ use std::fmt;
 use std::time::Duration;
 
 use http::Uri;
-use profcol_core::config::{ConfigError, Validate, duration};
+use profcol_core::config::{Compile, ConfigError, duration};
 use serde::de::{SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
@@ -304,9 +304,18 @@ fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
     d.deserialize_any(OneOrMany)
 }
 
-impl Validate for Config {
-    fn validate(&self) -> Vec<ConfigError> {
+/// What a pprof config compiles into: the file receiver's globs.
+#[derive(Debug, Clone, Default)]
+pub struct Compiled {
+    pub(crate) file_patterns: Vec<crate::glob::Pattern>,
+}
+
+impl Compile for Config {
+    type Compiled = Compiled;
+
+    fn compile(&self) -> Result<Compiled, Vec<ConfigError>> {
         let mut errors = Vec::new();
+        let mut compiled = Compiled::default();
         if self.server.is_none() && self.remote.is_none() && self.file.is_none() {
             errors.push(ConfigError::new(
                 "",
@@ -344,15 +353,22 @@ impl Validate for Config {
                 ));
             }
             for (i, pattern) in file.include.iter().enumerate() {
-                if let Err(problem) = crate::glob::Pattern::new(pattern) {
-                    errors.push(ConfigError::new(format!("file::include[{i}]"), problem));
+                match crate::glob::Pattern::new(pattern) {
+                    Ok(pattern) => compiled.file_patterns.push(pattern),
+                    Err(problem) => {
+                        errors.push(ConfigError::new(format!("file::include[{i}]"), problem));
+                    }
                 }
             }
             if file.interval.is_zero() {
                 errors.push(ConfigError::new("file::interval", "must be greater than 0"));
             }
         }
-        errors
+        if errors.is_empty() {
+            Ok(compiled)
+        } else {
+            Err(errors)
+        }
     }
 }
 
@@ -463,6 +479,7 @@ fn without_user_info(endpoint: &str) -> String {
 mod tests {
     use super::*;
     use profcol_core::config::{parse_typed, parse_yaml};
+    use profcol_core::testkit::config_errors;
 
     fn load(name: &str) -> Result<Config, ConfigError> {
         let text =
@@ -476,13 +493,13 @@ mod tests {
     }
 
     fn paths(c: &Config) -> Vec<String> {
-        c.validate().into_iter().map(|e| e.path).collect()
+        config_errors(c).into_iter().map(|e| e.path).collect()
     }
 
     #[test]
     fn testdata_config_parses() {
         let c = load("config.yaml").expect("valid");
-        assert!(c.validate().is_empty(), "{:?}", c.validate());
+        assert!(config_errors(&c).is_empty(), "{:?}", config_errors(&c));
         assert_eq!(
             c.server,
             Some(ServerConfig {
@@ -539,7 +556,7 @@ mod tests {
             Some(("localhost:1777", 32 << 20))
         );
         assert!(c.remote.is_none() && c.file.is_none());
-        assert!(c.validate().is_empty());
+        assert!(config_errors(&c).is_empty());
 
         let c = parse("remote:\n  targets: [{endpoint: \"http://h:6060\"}]\n").expect("valid");
         let remote = c.remote.as_ref().expect("remote");
@@ -555,7 +572,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["cpu", "heap", "goroutine", "mutex", "block"]
         );
-        assert!(c.validate().is_empty());
+        assert!(config_errors(&c).is_empty());
 
         // contrib writes include as one string.
         let c = parse("file: {include: \"/p/*.pb.gz\"}\n").expect("valid");
@@ -571,14 +588,14 @@ mod tests {
             let c = parse(text).expect("parses");
             if text == "{}" {
                 assert_eq!(
-                    c.validate(),
+                    config_errors(&c),
                     vec![ConfigError::new(
                         "",
                         "must configure at least one mode (server, remote or file)"
                     )]
                 );
             } else {
-                assert!(c.validate().is_empty());
+                assert!(config_errors(&c).is_empty());
             }
         }
     }
@@ -592,7 +609,7 @@ mod tests {
         );
         for ok in [":1777", "[::1]:0", "0.0.0.0:65535"] {
             let c = parse(&format!("server: {{endpoint: \"{ok}\"}}\n")).expect("p");
-            assert!(c.validate().is_empty(), "{ok}");
+            assert!(config_errors(&c).is_empty(), "{ok}");
         }
         for bad in ["h:70000", "::1:80", "a b:1", "h:"] {
             let c = parse(&format!("server: {{endpoint: \"{bad}\"}}\n")).expect("p");
@@ -609,7 +626,7 @@ mod tests {
             "remote:\n  targets:\n    - endpoint: ftp://h:1\n    - endpoint: 127.0.0.1:6060\n    - endpoint: \"http://h:1/?x=1\"\n    - endpoint: \"http:///x\"\n    - endpoint: \"\"\n    - endpoint: https://h/prefix\n      labels: {\"\": x}\n  interval: 0\n  timeout: 5s\n",
         )
         .expect("p");
-        let errors = c.validate();
+        let errors = config_errors(&c);
         let got: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             got,
@@ -704,7 +721,7 @@ mod tests {
             "remote:\n  targets:\n    - endpoint: \"http://admin:s3cret@app:6060\"\n    - endpoint: \"https://token@app/prefix\"\n    - endpoint: \"http://app:6060/a@b\"\n",
         )
         .expect("p");
-        let errors = c.validate();
+        let errors = config_errors(&c);
         let got: Vec<String> = errors.iter().map(ToString::to_string).collect();
         assert_eq!(
             got,

@@ -59,16 +59,12 @@ pub(crate) struct FileWatcher {
 }
 
 impl FileWatcher {
-    pub(crate) fn new(config: &FileConfig) -> Result<Self, String> {
-        let patterns = config
-            .include
-            .iter()
-            .map(|p| Pattern::new(p).map_err(|e| format!("file::include {p:?}: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(FileWatcher {
+    /// Watches what `patterns` (the checked config's compiled `include`) match.
+    pub(crate) fn new(config: &FileConfig, patterns: Vec<Pattern>) -> Self {
+        FileWatcher {
             patterns: Arc::new(patterns),
             interval: config.interval,
-        })
+        }
     }
 
     pub(crate) async fn run(

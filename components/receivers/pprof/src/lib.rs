@@ -98,7 +98,7 @@ impl ReceiverFactory for PprofReceiverFactory {
         config: profcol_core::config::Checked<Config>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Receiver>, BuildError> {
-        let config = config.into_inner();
+        let (config, compiled) = config.into_parts();
         let remote = config
             .remote
             .as_ref()
@@ -108,9 +108,7 @@ impl ReceiverFactory for PprofReceiverFactory {
         let file = config
             .file
             .as_ref()
-            .map(file::FileWatcher::new)
-            .transpose()
-            .map_err(|e| BuildError::new(&ctx.id, e))?;
+            .map(|file| file::FileWatcher::new(file, compiled.file_patterns));
         Ok(Box::new(PprofReceiver {
             server: config.server,
             remote,

@@ -26,7 +26,7 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ProfileKind, RemoteConfig, parse_base_url};
+use crate::config::{ProfileKind, RemoteConfig};
 use crate::delta::{self, DeltaState};
 use crate::{SCOPE_SCRAPE, SCRAPE_FAILURES_METRIC, scope, string_kv};
 use profcol_core::component::Intake;
@@ -74,6 +74,7 @@ pub(crate) struct Scraper {
 }
 
 impl Scraper {
+    /// The jobs of a checked config's `remote` block (its endpoints are valid base URLs).
     pub(crate) fn new(config: &RemoteConfig) -> Result<Self, String> {
         let https = config
             .targets
@@ -82,8 +83,6 @@ impl Scraper {
         let timeout = config.effective_timeout();
         let mut jobs = Vec::new();
         for target in &config.targets {
-            parse_base_url(&target.endpoint)
-                .map_err(|e| format!("remote target {:?} {e}", target.endpoint))?;
             let base = target.endpoint.trim_end_matches('/');
             let attributes: Arc<Vec<KeyValue>> =
                 Arc::new(target.labels.iter().map(|(k, v)| string_kv(k, v)).collect());

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use profcol_core::client::grpc::GrpcTarget;
 use profcol_core::component::{ExporterFactory, Stability};
-use profcol_core::config::{ConfigError, Validate, Value, parse_typed, parse_yaml};
+use profcol_core::config::{ConfigError, Value, parse_typed, parse_yaml};
+use profcol_core::testkit::config_errors;
 
 use crate::support::*;
 use profcol_exporter_otlp::{
@@ -62,7 +63,11 @@ fn testdata_config_parses_to_the_expected_values() {
     assert_eq!(otlp.sending_queue.num_consumers, 4);
     assert_eq!(otlp.sending_queue.queue_size, 500);
     assert_eq!(otlp.sending_queue.storage.as_deref(), Some("file_storage"));
-    assert!(otlp.validate().is_empty(), "{:?}", otlp.validate());
+    assert!(
+        config_errors(&otlp).is_empty(),
+        "{:?}",
+        config_errors(&otlp)
+    );
     let helper = OtlpExporterFactory.helper_settings(&otlp);
     assert_eq!(helper.timeout, Duration::from_secs(10));
     assert_eq!(helper.retry, otlp.retry_on_failure);
@@ -82,7 +87,11 @@ fn testdata_config_parses_to_the_expected_values() {
     assert_eq!(http.timeout, Duration::from_secs(5));
     assert!(!http.retry_on_failure.enabled);
     assert!(!http.sending_queue.enabled);
-    assert!(http.validate().is_empty(), "{:?}", http.validate());
+    assert!(
+        config_errors(&http).is_empty(),
+        "{:?}",
+        config_errors(&http)
+    );
     assert_eq!(
         http.profiles_url().expect("url").to_string(),
         "https://collector:4318/custom/profiles"
@@ -101,7 +110,7 @@ fn defaults_are_otelcols() {
     assert!(otlp.retry_on_failure.enabled);
     assert!(otlp.sending_queue.enabled);
     // The endpoint is required.
-    assert_eq!(paths(&otlp.validate()), vec!["endpoint"]);
+    assert_eq!(paths(&config_errors(&otlp)), vec!["endpoint"]);
 
     let http: OtlpHttpExporterConfig =
         parse_yaml_as("endpoint: http://collector:4318\n").expect("http");
@@ -112,9 +121,9 @@ fn defaults_are_otelcols() {
         http.profiles_url().expect("url").to_string(),
         "http://collector:4318/v1development/profiles"
     );
-    assert!(http.validate().is_empty());
+    assert!(config_errors(&http).is_empty());
     let empty: OtlpHttpExporterConfig = parse_typed(&Value::Null).expect("null");
-    assert_eq!(paths(&empty.validate()), vec!["endpoint"]);
+    assert_eq!(paths(&config_errors(&empty)), vec!["endpoint"]);
 
     assert_eq!(OtlpExporterFactory::TYPE_NAME, "otlp");
     assert_eq!(OtlpHttpExporterFactory::TYPE_NAME, "otlphttp");
@@ -151,7 +160,7 @@ fn invalid_values_name_their_paths() {
     assert_eq!(c.compression, Compression::None);
 
     let invalid: OtlpExporterConfig = parse_typed(&testdata("invalid.yaml")).expect("parses");
-    let errors = invalid.validate();
+    let errors = config_errors(&invalid);
     assert_eq!(
         paths(&errors),
         vec![
@@ -168,7 +177,7 @@ fn invalid_values_name_their_paths() {
         parse_yaml_as("endpoint: a:1\nheaders:\n  content-type: text/plain\n  grpc-timeout: 1S\n")
             .expect("parses");
     assert_eq!(
-        paths(&reserved.validate()),
+        paths(&config_errors(&reserved)),
         vec!["headers::content-type", "headers::grpc-timeout"]
     );
 
@@ -177,7 +186,7 @@ fn invalid_values_name_their_paths() {
     )
     .expect("parses");
     assert_eq!(
-        paths(&http.validate()),
+        paths(&config_errors(&http)),
         vec![
             "profiles_endpoint",
             "endpoint",
@@ -186,7 +195,7 @@ fn invalid_values_name_their_paths() {
         ]
     );
     let http: OtlpHttpExporterConfig = parse_yaml_as("endpoint: collector:4318\n").expect("parses");
-    let errors = http.validate();
+    let errors = config_errors(&http);
     assert_eq!(paths(&errors), vec!["endpoint"]);
     assert!(errors[0].message.contains("needs a scheme"), "{errors:?}");
 }
@@ -283,17 +292,25 @@ fn snappy_spellings_and_the_offline_block() {
         parse_yaml_as("endpoint: http://localhost:4318\ncompression: x-snappy-framed\n")
             .expect("framed");
     assert_eq!(http.compression, Compression::SnappyFramed);
-    assert!(http.validate().is_empty(), "{:?}", http.validate());
+    assert!(
+        config_errors(&http).is_empty(),
+        "{:?}",
+        config_errors(&http)
+    );
     let grpc: OtlpExporterConfig =
         parse_yaml_as("endpoint: localhost:4317\ncompression: snappy\n").expect("snappy");
     assert_eq!(grpc.compression, Compression::Snappy);
-    assert!(grpc.validate().is_empty(), "{:?}", grpc.validate());
+    assert!(
+        config_errors(&grpc).is_empty(),
+        "{:?}",
+        config_errors(&grpc)
+    );
     let grpc: OtlpExporterConfig = parse_yaml_as(
         "endpoint: localhost:4317\ncompression: x-snappy-framed\noffline:\n  directory: /tmp/x\n  max_size_mib: 0\n",
     )
     .expect("parses");
     assert_eq!(
-        paths(&grpc.validate()),
+        paths(&config_errors(&grpc)),
         vec!["compression", "offline::max_size_mib"]
     );
     let e = parse_yaml_as::<OtlpExporterConfig>("offline:\n  dir: /tmp/x\n").expect_err("typo");

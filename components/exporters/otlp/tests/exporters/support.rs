@@ -56,15 +56,10 @@ pub fn create<F: ExporterFactory>(
     config: F::Config,
     id: &str,
 ) -> (Box<dyn Exporter>, Telemetry) {
-    let errors = profcol_core::config::Validate::validate(&config);
-    assert!(errors.is_empty(), "{errors:?}");
+    let config = profcol_core::config::Checked::check(config)
+        .unwrap_or_else(|errors| panic!("not a valid config: {errors:?}"));
     let (ctx, telemetry) = context(id);
-    let exporter = factory
-        .create(
-            profcol_core::config::Checked::check(config).expect("a valid config"),
-            &ctx,
-        )
-        .expect("create");
+    let exporter = factory.create(config, &ctx).expect("create");
     (exporter, telemetry)
 }
 

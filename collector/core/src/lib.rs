@@ -14,6 +14,8 @@ pub mod errors;
 pub mod exporterhelper;
 pub mod host_executables;
 pub mod pdata;
+#[cfg(any(feature = "client", feature = "server"))]
+pub mod pem;
 
 /// JFR recordings into the model.
 pub use profcol_jfr as jfr;

@@ -9,12 +9,12 @@ use std::sync::{Arc, OnceLock};
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 use serde::Deserialize;
 
 use crate::config::{ConfigError, Validate};
+use crate::pem::{self, PemError};
 
 /// otelcol's `configtls` client block.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
@@ -84,13 +84,8 @@ impl Validate for TlsClientSettings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Pem { path: PathBuf, message: String },
+    #[error("{path}: {problem}")]
+    Pem { path: PathBuf, problem: PemError },
     #[error("no trusted root certificates: {0}")]
     Roots(String),
     #[error("invalid server_name_override {0:?}")]
@@ -127,7 +122,10 @@ impl ClientTls {
             Arc::new(NoVerification(provider.clone()))
         } else {
             let roots = match settings.ca_file() {
-                Some(path) => Arc::new(roots_from_file(path)?),
+                Some(path) => Arc::new(
+                    read_pem(path)
+                        .and_then(|bytes| pem::ca_roots(&bytes).map_err(in_file(path)))?,
+                ),
                 None => system_roots(),
             };
             WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
@@ -183,39 +181,16 @@ impl ClientTls {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+/// What is wrong with the PEM file at `path`, as a [`TlsError`] naming it.
+fn in_file(path: &Path) -> impl Fn(PemError) -> TlsError + '_ {
+    move |problem| TlsError::Pem {
         path: path.to_owned(),
-        source,
-    })
+        problem,
+    }
 }
 
-fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Pem {
-            path: path.to_owned(),
-            message: format!("not valid PEM: {e}"),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::Pem {
-            path: path.to_owned(),
-            message: "no CERTIFICATE blocks found".into(),
-        });
-    }
-    Ok(certs)
-}
-
-fn roots_from_file(path: &Path) -> Result<RootCertStore, TlsError> {
-    let pem = read(path)?;
-    let mut roots = RootCertStore::empty();
-    for cert in certificates(path, &pem)? {
-        roots.add(cert).map_err(|e| TlsError::Pem {
-            path: path.to_owned(),
-            message: format!("not a usable CA certificate: {e}"),
-        })?;
-    }
-    Ok(roots)
+fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
+    pem::read(path).map_err(in_file(path))
 }
 
 /// The system's roots, or the bundled Mozilla roots where the system has none (a bare
@@ -240,13 +215,10 @@ fn system_roots() -> Arc<RootCertStore> {
 }
 
 fn load_identity(cert_path: &Path, key_path: &Path) -> Result<ClientIdentity, TlsError> {
-    let cert_pem = read(cert_path)?;
-    let key_pem = read(key_path)?;
-    let chain = certificates(cert_path, &cert_pem)?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Pem {
-        path: key_path.to_owned(),
-        message: format!("no usable private key: {e}"),
-    })?;
+    let cert_pem = read_pem(cert_path)?;
+    let key_pem = read_pem(key_path)?;
+    let chain = pem::certificates(&cert_pem).map_err(in_file(cert_path))?;
+    let key = pem::private_key(&key_pem).map_err(in_file(key_path))?;
     Ok(ClientIdentity {
         cert_pem,
         key_pem,

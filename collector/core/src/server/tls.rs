@@ -6,14 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustls::RootCertStore;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use serde::Deserialize;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::{ConfigError, Validate};
+use crate::pem::{self, PemError};
 
 /// A receiver's `tls:` block.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -56,6 +54,12 @@ pub enum TlsError {
     #[error("tls {field} is not set")]
     Missing { field: &'static str },
     #[error("tls {field} {path:?}: {problem}")]
+    Pem {
+        field: &'static str,
+        path: PathBuf,
+        problem: PemError,
+    },
+    #[error("tls {field} {path:?}: {problem}")]
     File {
         field: &'static str,
         path: PathBuf,
@@ -82,12 +86,8 @@ pub fn load_acceptor(tls: &TlsServerSettings, alpn: Alpn) -> Result<TlsAcceptor,
         .key_file
         .as_deref()
         .ok_or(TlsError::Missing { field: "key_file" })?;
-    let certs = read_certs("cert_file", cert_file)?;
-    let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| TlsError::File {
-        field: "key_file",
-        path: key_file.to_owned(),
-        problem: format!("no usable private key: {e}"),
-    })?;
+    let certs = pem_file("cert_file", cert_file, pem::certificates)?;
+    let key = pem_file("key_file", key_file, pem::private_key)?;
 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
@@ -96,14 +96,7 @@ pub fn load_acceptor(tls: &TlsServerSettings, alpn: Alpn) -> Result<TlsAcceptor,
     let builder = match &tls.client_ca_file {
         None => builder.with_no_client_auth(),
         Some(ca_file) => {
-            let mut roots = RootCertStore::empty();
-            for cert in read_certs("client_ca_file", ca_file)? {
-                roots.add(cert).map_err(|e| TlsError::File {
-                    field: "client_ca_file",
-                    path: ca_file.clone(),
-                    problem: format!("not a usable CA certificate: {e}"),
-                })?;
-            }
+            let roots = pem_file("client_ca_file", ca_file, pem::ca_roots)?;
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .map_err(|e| TlsError::File {
@@ -128,18 +121,17 @@ pub fn load_acceptor(tls: &TlsServerSettings, alpn: Alpn) -> Result<TlsAcceptor,
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-fn read_certs(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let err = |problem: String| TlsError::File {
-        field,
-        path: path.to_owned(),
-        problem,
-    };
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| err(format!("cannot read: {e}")))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err(format!("not valid PEM: {e}")))?;
-    if certs.is_empty() {
-        return Err(err("holds no PEM certificate".into()));
-    }
-    Ok(certs)
+/// The PEM file `path`, named by the key `field`, read by `parse`.
+fn pem_file<T>(
+    field: &'static str,
+    path: &Path,
+    parse: fn(&[u8]) -> Result<T, PemError>,
+) -> Result<T, TlsError> {
+    pem::read(path)
+        .and_then(|bytes| parse(&bytes))
+        .map_err(|problem| TlsError::Pem {
+            field,
+            path: path.to_owned(),
+            problem,
+        })
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{ReceiverOutput, Refused};
+use crate::decode_budget::{DecodeBudget, DecodePermit};
 use crate::pdata::{ClientInfo, ProfileBatch};
 
 /// A receiver's output, watching its shutdown: what every mode of a receiver (a server,
@@ -25,6 +26,18 @@ impl Intake {
     /// decoding.
     pub fn admit(&self) -> Result<(), Refused> {
         self.output.admit()
+    }
+
+    /// Before anything is decoded: the memory limiter's word, then a reservation from
+    /// `budget` for what `input_bytes` may grow into. Either refusal costs the request no
+    /// decoding.
+    pub fn reserve(
+        &self,
+        budget: &DecodeBudget,
+        input_bytes: usize,
+    ) -> Result<DecodePermit, Refused> {
+        self.admit()?;
+        budget.reserve(input_bytes)
     }
 
     /// Hands the batch (from `peer`, when it came over a connection) to the pipelines,

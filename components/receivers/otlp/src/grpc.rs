@@ -20,11 +20,11 @@ use tonic::codec::CompressionEncoding;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
-use crate::Intake;
 use crate::status::{RpcStatus, refused_status};
 use http_body_util::Full;
+use profcol_core::component::Intake;
 use profcol_core::component::Refused;
-use profcol_core::decode_budget::DecodePermit;
+use profcol_core::decode_budget::{DecodeBudget, DecodePermit};
 use profcol_core::server::{BodyError, PeerAddr, read_body};
 use profcol_core::telemetry::WireBytes;
 
@@ -39,12 +39,18 @@ pub(crate) const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 pub(crate) struct GrpcEndpoint {
     inner: ProfilesServiceServer<Export>,
     intake: Intake,
+    budget: DecodeBudget,
     max_message_size: usize,
     bytes: WireBytes,
 }
 
 impl GrpcEndpoint {
-    pub(crate) fn new(intake: Intake, max_message_size: usize, bytes: WireBytes) -> Self {
+    pub(crate) fn new(
+        intake: Intake,
+        budget: DecodeBudget,
+        max_message_size: usize,
+        bytes: WireBytes,
+    ) -> Self {
         let inner = ProfilesServiceServer::new(Export {
             intake: intake.clone(),
         })
@@ -54,6 +60,7 @@ impl GrpcEndpoint {
         GrpcEndpoint {
             inner,
             intake,
+            budget,
             max_message_size,
             bytes,
         }
@@ -116,7 +123,10 @@ impl GrpcEndpoint {
                 BodyError::Timeout => Status::deadline_exceeded(e.to_string()),
                 BodyError::Read(_) => Status::cancelled(e.to_string()),
             })?;
-        let mut permit = self.intake.reserve(bytes.len()).map_err(refused)?;
+        let mut permit = self
+            .intake
+            .reserve(&self.budget, bytes.len())
+            .map_err(refused)?;
         let encoding = parts
             .headers
             .get("grpc-encoding")

@@ -20,10 +20,10 @@ use profcol_core::telemetry::WireBytes;
 use prost::Message;
 use prost::bytes::Bytes;
 
-use crate::Intake;
 use crate::decompress::{unsnappy, unsnappy_framed, unzstd};
 use crate::status::{RpcStatus, code, refused_status};
-use profcol_core::decode_budget::DecodePermit;
+use profcol_core::component::Intake;
+use profcol_core::decode_budget::{DecodeBudget, DecodePermit};
 use profcol_core::server::{self, PeerAddr, Rejection, read_body};
 
 pub(crate) const PROFILES_PATH: &str = "/v1development/profiles";
@@ -97,15 +97,22 @@ pub(crate) struct HttpEndpoint {
 
 struct Inner {
     intake: Intake,
+    budget: DecodeBudget,
     max_body_size: usize,
     bytes: WireBytes,
 }
 
 impl HttpEndpoint {
-    pub(crate) fn new(intake: Intake, max_body_size: usize, bytes: WireBytes) -> Self {
+    pub(crate) fn new(
+        intake: Intake,
+        budget: DecodeBudget,
+        max_body_size: usize,
+        bytes: WireBytes,
+    ) -> Self {
         HttpEndpoint {
             inner: Arc::new(Inner {
                 intake,
+                budget,
                 max_body_size,
                 bytes,
             }),
@@ -164,7 +171,10 @@ impl Inner {
         // Before the body is read: the limiter, and a reservation for the declared length.
         let mut permit = self
             .intake
-            .reserve(server::declared_length_within(&parts.headers, limit))
+            .reserve(
+                &self.budget,
+                server::declared_length_within(&parts.headers, limit),
+            )
             .map_err(HttpError::Refused)?;
         let body = read_body(&parts.headers, body, limit).await?;
         permit.cover(body.len()).map_err(HttpError::Refused)?;

@@ -27,15 +27,12 @@ pub mod fuzzing {
     }
 }
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
 use async_trait::async_trait;
 use profcol_core::component::{
-    BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory, Refused,
+    BuildError, ComponentError, CreateContext, Receiver, ReceiverContext, ReceiverFactory,
     Stability,
 };
-use profcol_core::decode_budget::{DecodeBudget, DecodePermit};
+use profcol_core::decode_budget::DecodeBudget;
 use profcol_core::endpoint::listen;
 use profcol_core::pdata::types::ProfilesData;
 use profcol_core::pdata::{ProfileBatch, ValidationError};
@@ -113,10 +110,8 @@ struct OtlpReceiver {
 #[async_trait]
 impl Receiver for OtlpReceiver {
     async fn run(self: Box<Self>, ctx: ReceiverContext) -> Result<(), ComponentError> {
-        let intake = Intake {
-            pipelines: profcol_core::component::Intake::new(ctx.output, ctx.shutdown.clone()),
-            budget: self.budget,
-        };
+        let intake = profcol_core::component::Intake::new(ctx.output, ctx.shutdown.clone());
+        let budget = self.budget;
         // Bind both before serving either, so a port in use stops the whole receiver.
         let grpc = match self.grpc {
             Some(g) => {
@@ -145,8 +140,12 @@ impl Receiver for OtlpReceiver {
                     protocol: "grpc",
                 };
                 let bytes = WireBytes::received(&ctx.telemetry, &ctx.id.to_string(), "grpc");
-                let endpoint =
-                    grpc::GrpcEndpoint::new(intake.clone(), g.config.max_recv_msg_size(), bytes);
+                let endpoint = grpc::GrpcEndpoint::new(
+                    intake.clone(),
+                    budget.clone(),
+                    g.config.max_recv_msg_size(),
+                    bytes,
+                );
                 server::serve(listener, endpoint, ctx.shutdown.clone()).await;
             }
         };
@@ -160,8 +159,12 @@ impl Receiver for OtlpReceiver {
                     protocol: "http",
                 };
                 let bytes = WireBytes::received(&ctx.telemetry, &ctx.id.to_string(), "http");
-                let endpoint =
-                    http::HttpEndpoint::new(intake.clone(), h.config.max_body_size(), bytes);
+                let endpoint = http::HttpEndpoint::new(
+                    intake.clone(),
+                    budget.clone(),
+                    h.config.max_body_size(),
+                    bytes,
+                );
                 server::serve(listener, endpoint, ctx.shutdown.clone()).await;
             }
         };
@@ -178,32 +181,6 @@ fn log_listening(id: &str, protocol: &str, tcp: &TcpListener, tls: bool) {
     match tcp.local_addr() {
         Ok(addr) => tracing::info!(id, protocol, %addr, tls, "otlp receiver listening"),
         Err(e) => tracing::info!(id, protocol, error = %e, tls, "otlp receiver listening"),
-    }
-}
-
-/// What both protocols share: the way into the pipelines, and the decoding budget.
-#[derive(Clone)]
-pub(crate) struct Intake {
-    pipelines: profcol_core::component::Intake,
-    budget: DecodeBudget,
-}
-
-impl Intake {
-    /// Before anything is decoded: the memory limiter's word, then a reservation for what
-    /// `input_bytes` may grow into. Either refusal costs the request no decoding.
-    pub(crate) fn reserve(&self, input_bytes: usize) -> Result<DecodePermit, Refused> {
-        self.pipelines.admit()?;
-        self.budget.reserve(input_bytes)
-    }
-
-    /// [`profcol_core::component::Intake::deliver`].
-    pub(crate) async fn deliver(
-        &self,
-        batch: ProfileBatch,
-        peer: Option<SocketAddr>,
-        deadline: Duration,
-    ) -> Result<(), Refused> {
-        self.pipelines.deliver(batch, peer, deadline).await
     }
 }
 

@@ -182,11 +182,10 @@ impl Inner {
         let limit = self.limit;
         // Before the body is read: the memory limiter, then a reservation for its declared
         // length, grown to what it holds and then to what its parts decompress to.
-        self.intake.admit().map_err(RequestError::Refused)?;
         let declared = profcol_core::server::declared_length_within(&parts.headers, limit);
         let mut permit = self
-            .budget
-            .reserve(declared)
+            .intake
+            .reserve(&self.budget, declared)
             .map_err(RequestError::Refused)?;
         let body = read_body(&parts.headers, body, limit).await?;
         permit.cover(body.len()).map_err(RequestError::Refused)?;

@@ -37,6 +37,7 @@ mod event;
 mod loader;
 mod perf;
 mod privileges;
+mod switch_stack;
 mod unwind;
 mod unwind_types;
 

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::os::fd::{AsRawFd, IntoRawFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Once, PoisonError};
 use std::time::Duration;
@@ -11,7 +12,10 @@ use libbpf_rs::{
 };
 
 use crate::event::{self, DecodeError};
-use crate::{BpfError, Event, MAX_CGROUP_FILTER, MAX_PID_FILTER, ProfilerConfig, perf, privileges};
+use crate::{
+    BpfError, Event, MAX_CGROUP_FILTER, MAX_PID_FILTER, ProfilerConfig, perf, privileges,
+    switch_stack,
+};
 
 /// The compiled BPF object (`bpf/build-object.sh`), 8-byte aligned for libelf.
 static OBJECT: &[u8] = {
@@ -26,6 +30,8 @@ static OBJECT: &[u8] = {
 };
 
 // Names in profiler.bpf.c.
+/// Where off-CPU stacks find the scheduler's addresses.
+const KALLSYMS: &str = "/proc/kallsyms";
 const PROG_SAMPLE: &str = "on_cpu_sample";
 const PROGS_TRACEPOINT: [&str; 3] = ["on_exec", "on_fork", "on_exit"];
 const PROG_SWITCH: &str = "on_switch";
@@ -238,6 +244,17 @@ impl Profiler {
         };
         let queue = Arc::new(Mutex::new(VecDeque::new()));
         let malformed = Arc::new(AtomicU64::new(0));
+        let scheduler = if config.off_cpu.is_on() {
+            let text = switch_stack::scheduler_text(Path::new(KALLSYMS));
+            if text.is_none() {
+                tracing::info!(
+                    "{KALLSYMS} shows no __schedule: off-CPU kernel stacks may start a frame above the scheduler"
+                );
+            }
+            text
+        } else {
+            None
+        };
         let ring = {
             let events = find_map(&object, MAP_EVENTS)?;
             let mut builder = RingBufferBuilder::new();
@@ -245,10 +262,20 @@ impl Profiler {
             builder
                 .add(&events, move |bytes: &[u8]| {
                     match event::decode(bytes) {
-                        Ok(event) => queue
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .push_back(event),
+                        Ok(mut event) => {
+                            if let Event::Sample(sample) = &mut event
+                                && sample.off_cpu_ns.is_some()
+                            {
+                                switch_stack::cut_machinery(
+                                    &mut sample.kernel_stack,
+                                    scheduler.as_ref(),
+                                );
+                            }
+                            queue
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .push_back(event)
+                        }
                         Err(err) => note_malformed(&malformed, &err),
                     }
                     0

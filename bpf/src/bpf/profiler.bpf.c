@@ -1121,7 +1121,7 @@ __attribute__((noinline)) int python_stack(struct scratch_space *s, u32 tgid, u3
  * could not) and returns its length in bytes.
  */
 static __always_inline u64 build_sample(void *ctx, struct scratch_space *s, u64 pid_tgid,
-					bool copies, u32 kernel_skip)
+					bool copies)
 {
 	struct sample_event *e = &s->event;
 	u32 tgid = pid_tgid >> 32;
@@ -1143,8 +1143,7 @@ static __always_inline u64 build_sample(void *ctx, struct scratch_space *s, u64 
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	/* Kernel stack of the interrupted context (empty if it was user mode). */
-	kernel_bytes = bpf_get_stack(ctx, &e->frames[0], MAX_FRAMES * sizeof(u64),
-				     kernel_skip & 0xff /* BPF_F_SKIP_FIELD_MASK */);
+	kernel_bytes = bpf_get_stack(ctx, &e->frames[0], MAX_FRAMES * sizeof(u64), 0);
 	nk = kernel_bytes > 0 ? (u32)kernel_bytes / sizeof(u64) : 0;
 	if (nk > MAX_FRAMES)
 		nk = MAX_FRAMES;
@@ -1200,7 +1199,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx)
 	s = bpf_map_lookup_elem(&scratch, &key);
 	if (!s)
 		return 0;
-	len = build_sample(ctx, s, pid_tgid, true, 0);
+	len = build_sample(ctx, s, pid_tgid, true);
 	/* Samples wake the reader: process events do not (below), so it is woken at most
 	 * as often as samples come, not once per exec on a node that execs thousands a
 	 * second; it drains them with the next sample, or within its poll timeout. */
@@ -1306,9 +1305,9 @@ int BPF_PROG(on_exit, struct task_struct *p)
  * next: if it was recorded leaving, its sample goes out with the time since.
  */
 /* The kernel stack taken in on_switch starts with the tracing machinery: the program
- * itself, bpf_trace_run4 and __traceiter_sched_switch. The stack shown starts where the
- * scheduler was called (__schedule). */
-#define SWITCH_TRACE_FRAMES 3
+ * itself, bpf_trace_run4 and, on some kernels, __traceiter_sched_switch. How many frames
+ * that is differs between kernels, so it is kept here and user space cuts the stack at
+ * its frame in __schedule, whose addresses it reads from kallsyms. */
 /* task_struct.flags: the task is exiting (include/linux/sched.h). */
 #define PF_EXITING 0x00000004
 
@@ -1336,7 +1335,7 @@ static __always_inline void off_cpu_leave(void *ctx, struct filter_config *cfg,
 	s = bpf_map_lookup_elem(&scratch, &key);
 	if (!s)
 		return;
-	build_sample(ctx, s, pid_tgid, false, SWITCH_TRACE_FRAMES);
+	build_sample(ctx, s, pid_tgid, false);
 	s->event.flags |= SAMPLE_OFF_CPU;
 	s->event.time_ns = bpf_ktime_get_ns();
 	word = tid / 64;

@@ -4,6 +4,7 @@
 //! call means for the exporter helper ([`from_grpc_status`]: retryable or permanent, as
 //! otelcol's OTLP exporter maps gRPC codes).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -15,6 +16,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::tls::{ClientTls, TlsClientSettings};
 use crate::component::ExportError;
+use crate::config::ConfigError;
 use profcol_proto::google_rpc as rpc;
 
 /// The `User-Agent` profcol's clients send.
@@ -81,20 +83,45 @@ impl GrpcTarget {
     }
 }
 
-/// A channel to `endpoint` that connects on first use, with the `tls:` block applied
+/// Where a gRPC exporter sends and the metadata it adds to every call: what its
+/// `endpoint` and `headers` keys compile into ([`grpc_target`], [`grpc_headers`]).
+#[derive(Debug, Clone)]
+pub struct GrpcDestination {
+    pub target: GrpcTarget,
+    pub headers: HeaderMap,
+}
+
+/// A gRPC exporter's `endpoint` key, checked: TLS unless `insecure`, as
+/// [`GrpcTarget::parse`] reads it; the error is at `endpoint`.
+pub fn grpc_target(endpoint: &str, insecure: bool) -> Result<GrpcTarget, ConfigError> {
+    if endpoint.trim().is_empty() {
+        return Err(ConfigError::new(
+            "endpoint",
+            "must be set: host:port, http://host:port (plaintext) or https://host:port",
+        ));
+    }
+    GrpcTarget::parse(endpoint, insecure).map_err(|e| ConfigError::new("endpoint", e))
+}
+
+/// A gRPC exporter's `headers` key as metadata; errors at `headers::<name>`. gRPC's own
+/// `grpc-*` headers are refused too.
+pub fn grpc_headers(headers: &BTreeMap<String, String>) -> Result<HeaderMap, Vec<ConfigError>> {
+    crate::config::header_map(headers, &["grpc-"])
+}
+
+/// A channel to `target` that connects on first use, with the `tls:` block applied
 /// (files read and parsed now) and `timeout` as the connect timeout (0: none). Must be
 /// called inside a tokio runtime (the channel's worker is spawned here). `who` names the
 /// component in the warning about unused TLS files.
 pub fn connect_lazy(
-    endpoint: &str,
+    target: &GrpcTarget,
     tls: &TlsClientSettings,
     timeout: Duration,
     who: &str,
-) -> Result<(Channel, GrpcTarget), String> {
+) -> Result<Channel, String> {
     if tokio::runtime::Handle::try_current().is_err() {
         return Err("must be created inside a tokio runtime".into());
     }
-    let target = GrpcTarget::parse(endpoint, tls.insecure).map_err(|e| format!("endpoint: {e}"))?;
     let mut builder = Endpoint::from(target.uri.clone())
         .user_agent(USER_AGENT)
         .map_err(|e| format!("user agent: {e}"))?
@@ -110,11 +137,11 @@ pub fn connect_lazy(
     } else if tls.ca_file().is_some() || tls.cert_file().is_some() {
         tracing::warn!(
             component = %who,
-            endpoint = %endpoint,
+            endpoint = %target.uri,
             "the endpoint is plaintext; the tls files are not used"
         );
     }
-    Ok((builder.connect_lazy(), target))
+    Ok(builder.connect_lazy())
 }
 
 /// A channel that adds the configured headers (gRPC metadata) to every call.

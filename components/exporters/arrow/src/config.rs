@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use http::header::HeaderMap;
-use profcol_core::client::grpc::GrpcTarget;
+use profcol_core::client::grpc::{GrpcDestination, grpc_headers, grpc_target};
 use profcol_core::client::tls::TlsClientSettings;
 use profcol_core::config::{Compile, ConfigError, Validate, duration};
 use profcol_core::exporterhelper::{
@@ -79,24 +78,27 @@ impl Default for DebuginfoSettings {
     }
 }
 
-/// The upload's settings compile into the headers sent on its own endpoint.
+/// The upload's settings compile into its own endpoint and headers, or `None` when it
+/// uses the exporter's.
 impl Compile for DebuginfoSettings {
-    type Compiled = HeaderMap;
+    type Compiled = Option<GrpcDestination>;
 
-    fn compile(&self) -> Result<HeaderMap, Vec<ConfigError>> {
+    fn compile(&self) -> Result<Option<GrpcDestination>, Vec<ConfigError>> {
         let mut errors = Vec::new();
-        if self.endpoint.trim().is_empty() {
-            if self.tls != TlsClientSettings::default() || !self.headers.is_empty() {
-                errors.push(ConfigError::new(
-                    "endpoint",
-                    "must be set when tls or headers are (without it the exporter's are used)",
-                ));
-            }
+        let own_endpoint = !self.endpoint.trim().is_empty();
+        let target = if own_endpoint {
+            grpc_target(&self.endpoint, self.tls.insecure).map(Some)
+        } else if self.tls != TlsClientSettings::default() || !self.headers.is_empty() {
+            Err(ConfigError::new(
+                "endpoint",
+                "must be set when tls or headers are (without it the exporter's are used)",
+            ))
         } else {
-            errors.extend(check_endpoint(&self.endpoint, self.tls.insecure));
+            Ok(None)
         }
+        .map_err(|e| errors.push(e));
         errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
-        let headers = header_map(&self.headers).map_err(|e| errors.extend(e));
+        let headers = grpc_headers(&self.headers).map_err(|e| errors.extend(e));
         if self.timeout.is_zero() {
             errors.push(ConfigError::new("timeout", "must be greater than 0"));
         }
@@ -109,8 +111,10 @@ impl Compile for DebuginfoSettings {
         if !(1..=64).contains(&self.parallel_uploads) {
             errors.push(ConfigError::new("parallel_uploads", "must be from 1 to 64"));
         }
-        match headers {
-            Ok(headers) if errors.is_empty() => Ok(headers),
+        match (target, headers) {
+            (Ok(target), Ok(headers)) if errors.is_empty() => {
+                Ok(target.map(|target| GrpcDestination { target, headers }))
+            }
             _ => Err(errors),
         }
     }
@@ -168,24 +172,25 @@ impl ArrowExporterConfig {
     }
 }
 
-/// The gRPC metadata an arrow exporter sends: what its config compiles into.
-#[derive(Debug, Clone, Default)]
-pub struct ArrowHeaders {
-    /// With every write (`headers`).
-    pub store: HeaderMap,
-    /// With every upload call on the upload's own endpoint (`debuginfo::headers`); empty
-    /// without a `debuginfo` block.
-    pub debuginfo: HeaderMap,
+/// Where an arrow exporter writes, and where it uploads when the upload has an endpoint
+/// of its own: what its config compiles into.
+#[derive(Debug, Clone)]
+pub struct ArrowDestinations {
+    /// Every write (`endpoint`, `headers`).
+    pub store: GrpcDestination,
+    /// Every upload call (`debuginfo::endpoint`, `debuginfo::headers`); `None` when the
+    /// upload goes to the store's (or there is no `debuginfo` block).
+    pub debuginfo: Option<GrpcDestination>,
 }
 
 impl Compile for ArrowExporterConfig {
-    type Compiled = ArrowHeaders;
+    type Compiled = ArrowDestinations;
 
-    fn compile(&self) -> Result<ArrowHeaders, Vec<ConfigError>> {
+    fn compile(&self) -> Result<ArrowDestinations, Vec<ConfigError>> {
         let mut errors = Vec::new();
-        errors.extend(check_endpoint(&self.endpoint, self.tls.insecure));
+        let target = grpc_target(&self.endpoint, self.tls.insecure).map_err(|e| errors.push(e));
         errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
-        let store = header_map(&self.headers).map_err(|e| errors.extend(e));
+        let headers = grpc_headers(&self.headers).map_err(|e| errors.extend(e));
         if self.schema == Schema::V1 && self.compression != Compression::default() {
             errors.push(ConfigError::new(
                 "compression",
@@ -198,34 +203,19 @@ impl Compile for ArrowExporterConfig {
         ));
         errors.extend(validate_offline_block(&self.offline));
         let debuginfo = match &self.debuginfo {
-            None => Ok(HeaderMap::new()),
+            None => Ok(None),
             Some(d) => d
                 .compile()
                 .map_err(|e| errors.extend(e.into_iter().map(|e| e.under("debuginfo")))),
         };
-        match (store, debuginfo) {
-            (Ok(store), Ok(debuginfo)) if errors.is_empty() => {
-                Ok(ArrowHeaders { store, debuginfo })
+        match (target, headers, debuginfo) {
+            (Ok(target), Ok(headers), Ok(debuginfo)) if errors.is_empty() => {
+                Ok(ArrowDestinations {
+                    store: GrpcDestination { target, headers },
+                    debuginfo,
+                })
             }
             _ => Err(errors),
         }
     }
-}
-
-fn check_endpoint(endpoint: &str, insecure: bool) -> Option<ConfigError> {
-    if endpoint.trim().is_empty() {
-        return Some(ConfigError::new(
-            "endpoint",
-            "must be set: host:port, http://host:port (plaintext) or https://host:port",
-        ));
-    }
-    GrpcTarget::parse(endpoint, insecure)
-        .err()
-        .map(|e| ConfigError::new("endpoint", e))
-}
-
-/// The configured headers as a header map; errors at `headers::<name>`. gRPC's own
-/// `grpc-*` headers are refused too.
-fn header_map(headers: &BTreeMap<String, String>) -> Result<HeaderMap, Vec<ConfigError>> {
-    profcol_core::config::header_map(headers, &["grpc-"])
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use profcol_core::client::grpc::{WithHeaders, connect_lazy, from_grpc_status};
+use profcol_core::client::grpc::{GrpcDestination, WithHeaders, connect_lazy, from_grpc_status};
 use profcol_core::component::{
     BuildError, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
 };
@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::arrays::ipc_stream;
-use crate::config::{ArrowExporterConfig, ArrowHeaders, Compression, Schema};
+use crate::config::{ArrowDestinations, ArrowExporterConfig, Compression, Schema};
 use crate::debuginfo::Debuginfo;
 use crate::model::Model;
 use crate::{record_v1, record_v2};
@@ -43,8 +43,8 @@ impl ExporterFactory for ArrowExporterFactory {
         config: profcol_core::config::Checked<ArrowExporterConfig>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
-        let (config, headers) = config.into_parts();
-        Ok(Box::new(ArrowExporter::new(config, headers, ctx)?))
+        let (config, destinations) = config.into_parts();
+        Ok(Box::new(ArrowExporter::new(config, destinations, ctx)?))
     }
 }
 
@@ -60,30 +60,29 @@ pub(crate) struct ArrowExporter {
 impl ArrowExporter {
     fn new(
         config: ArrowExporterConfig,
-        headers: ArrowHeaders,
+        destinations: ArrowDestinations,
         ctx: &CreateContext,
     ) -> Result<Self, BuildError> {
         let who = ctx.id.to_string();
         let fail = |message: String| BuildError::new(&ctx.id, message);
-        let (channel, target) =
-            connect_lazy(&config.endpoint, &config.tls, config.timeout, &who).map_err(fail)?;
-        let store = ProfileStoreServiceClient::new(WithHeaders::new(
-            channel.clone(),
-            headers.store.clone(),
-        ))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let GrpcDestination { target, headers } = destinations.store;
+        let channel = connect_lazy(&target, &config.tls, config.timeout, &who).map_err(fail)?;
+        let store =
+            ProfileStoreServiceClient::new(WithHeaders::new(channel.clone(), headers.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let debuginfo = match config.debuginfo {
             None => None,
             Some(settings) => {
                 // Its own endpoint, or the exporter's channel and headers.
-                let transport = if settings.endpoint.trim().is_empty() {
-                    WithHeaders::new(channel, headers.store)
-                } else {
-                    let (channel, _) =
-                        connect_lazy(&settings.endpoint, &settings.tls, settings.timeout, &who)
-                            .map_err(|e| fail(format!("debuginfo: {e}")))?;
-                    WithHeaders::new(channel, headers.debuginfo)
+                let transport = match destinations.debuginfo {
+                    None => WithHeaders::new(channel, headers),
+                    Some(own) => {
+                        let channel =
+                            connect_lazy(&own.target, &settings.tls, settings.timeout, &who)
+                                .map_err(|e| fail(format!("debuginfo: {e}")))?;
+                        WithHeaders::new(channel, own.headers)
+                    }
                 };
                 let client = DebuginfoServiceClient::new(transport)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -14,7 +14,7 @@ use profcol_core::exporterhelper::{
 };
 use serde::Deserialize;
 
-pub(crate) use profcol_core::client::grpc::GrpcTarget;
+use profcol_core::client::grpc::{GrpcDestination, grpc_headers, grpc_target};
 pub use profcol_core::client::tls::TlsClientSettings;
 
 /// The path otelcol's OTLP/HTTP receivers serve profiles on, appended to `endpoint`.
@@ -118,20 +118,13 @@ impl OtlpExporterConfig {
     }
 }
 
-/// An otlp config compiles into the metadata sent with every call (`headers`).
+/// An otlp config compiles into where it sends and the metadata of every call.
 impl Compile for OtlpExporterConfig {
-    type Compiled = HeaderMap;
+    type Compiled = GrpcDestination;
 
-    fn compile(&self) -> Result<HeaderMap, Vec<ConfigError>> {
+    fn compile(&self) -> Result<GrpcDestination, Vec<ConfigError>> {
         let mut errors = Vec::new();
-        if self.endpoint.trim().is_empty() {
-            errors.push(ConfigError::new(
-                "endpoint",
-                "must be set: host:port, http://host:port (plaintext) or https://host:port",
-            ));
-        } else if let Err(e) = GrpcTarget::parse(&self.endpoint, self.tls.insecure) {
-            errors.push(ConfigError::new("endpoint", e));
-        }
+        let target = grpc_target(&self.endpoint, self.tls.insecure).map_err(|e| errors.push(e));
         if self.compression == Compression::SnappyFramed {
             errors.push(ConfigError::new(
                 "compression",
@@ -139,14 +132,16 @@ impl Compile for OtlpExporterConfig {
             ));
         }
         errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
-        let headers = header_map(&self.headers).map_err(|e| errors.extend(e));
+        let headers = grpc_headers(&self.headers).map_err(|e| errors.extend(e));
         errors.extend(validate_helper_blocks(
             &self.retry_on_failure,
             &self.sending_queue,
         ));
         errors.extend(validate_offline_block(&self.offline));
-        match headers {
-            Ok(headers) if errors.is_empty() => Ok(headers),
+        match (target, headers) {
+            (Ok(target), Ok(headers)) if errors.is_empty() => {
+                Ok(GrpcDestination { target, headers })
+            }
             _ => Err(errors),
         }
     }
@@ -246,7 +241,8 @@ impl Compile for OtlpHttpExporterConfig {
             errors.push(ConfigError::new("endpoint", e));
         }
         errors.extend(self.tls.validate().into_iter().map(|e| e.under("tls")));
-        let headers = header_map(&self.headers).map_err(|e| errors.extend(e));
+        // The same `headers` block as otlp's: gRPC's own `grpc-*` refused here too.
+        let headers = grpc_headers(&self.headers).map_err(|e| errors.extend(e));
         errors.extend(validate_helper_blocks(
             &self.retry_on_failure,
             &self.sending_queue,
@@ -301,10 +297,4 @@ fn parse_http_url(text: &str, append_profiles_path: bool) -> Result<Uri, String>
             .map_err(|e| format!("{text:?} is not a valid URL: {e}"))?,
     );
     Uri::from_parts(parts).map_err(|e| format!("{text:?} is not a valid URL: {e}"))
-}
-
-/// The configured headers as a header map; errors at `headers::<name>`. gRPC's own
-/// `grpc-*` headers are refused too.
-fn header_map(headers: &BTreeMap<String, String>) -> Result<HeaderMap, Vec<ConfigError>> {
-    profcol_core::config::header_map(headers, &["grpc-"])
 }

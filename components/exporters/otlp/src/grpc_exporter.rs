@@ -18,7 +18,7 @@ use bytes::{Buf, BufMut, Bytes};
 use http::header::{HeaderMap, HeaderValue};
 use http::uri::PathAndQuery;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use profcol_core::client::grpc::connect_lazy;
+use profcol_core::client::grpc::{GrpcDestination, connect_lazy};
 use profcol_core::component::{
     BuildError, CreateContext, ExportError, Exporter, ExporterFactory, Stability,
 };
@@ -63,8 +63,8 @@ impl ExporterFactory for OtlpExporterFactory {
         config: profcol_core::config::Checked<OtlpExporterConfig>,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
-        let (config, headers) = config.into_parts();
-        Ok(Box::new(GrpcExporter::new(&config, headers, ctx)?))
+        let (config, destination) = config.into_parts();
+        Ok(Box::new(GrpcExporter::new(&config, destination, ctx)?))
     }
 }
 
@@ -80,18 +80,13 @@ pub(crate) struct GrpcExporter {
 impl GrpcExporter {
     pub(crate) fn new(
         config: &OtlpExporterConfig,
-        headers: HeaderMap,
+        GrpcDestination { target, headers }: GrpcDestination,
         ctx: &CreateContext,
     ) -> Result<Self, BuildError> {
         let fail = |message: String| BuildError::new(&ctx.id, message);
         // The channel's worker task is spawned here (it connects on first use).
-        let (channel, target) = connect_lazy(
-            &config.endpoint,
-            &config.tls,
-            config.timeout,
-            &ctx.id.to_string(),
-        )
-        .map_err(fail)?;
+        let channel = connect_lazy(&target, &config.tls, config.timeout, &ctx.id.to_string())
+            .map_err(fail)?;
         let transport = Transport {
             channel,
             headers: Arc::new(headers),

@@ -304,9 +304,10 @@ fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
     d.deserialize_any(OneOrMany)
 }
 
-/// What a pprof config compiles into: the file receiver's globs.
+/// What a pprof config compiles into: the scrape jobs and the file receiver's globs.
 #[derive(Debug, Clone, Default)]
 pub struct Compiled {
+    pub(crate) scrape_jobs: Vec<crate::scrape::Job>,
     pub(crate) file_patterns: Vec<crate::glob::Pattern>,
 }
 
@@ -343,7 +344,14 @@ impl Compile for Config {
             }
         }
         if let Some(remote) = &self.remote {
+            let before = errors.len();
             validate_remote(remote, &mut errors);
+            if errors.len() == before {
+                match crate::scrape::jobs(remote) {
+                    Ok(jobs) => compiled.scrape_jobs = jobs,
+                    Err(e) => errors.push(e),
+                }
+            }
         }
         if let Some(file) = &self.file {
             if file.include.is_empty() {
@@ -482,10 +490,7 @@ mod tests {
     use profcol_core::testkit::config_errors;
 
     fn load(name: &str) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(name, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), name)
     }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {

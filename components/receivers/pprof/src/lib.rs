@@ -102,7 +102,7 @@ impl ReceiverFactory for PprofReceiverFactory {
         let remote = config
             .remote
             .as_ref()
-            .map(scrape::Scraper::new)
+            .map(|remote| scrape::Scraper::new(remote, compiled.scrape_jobs))
             .transpose()
             .map_err(|e| BuildError::new(&ctx.id, e))?;
         let file = config

@@ -13,6 +13,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use profcol_core::component::Refused;
+use profcol_core::config::ConfigError;
 use profcol_core::errors::error_chain;
 use profcol_core::pdata::ProfileBatch;
 use profcol_core::pdata::pprof::{ToOtlpOptions, pprof_to_batch};
@@ -58,7 +59,8 @@ pub(crate) enum ScrapeError {
 }
 
 /// One target and profile type.
-struct Job {
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
     /// The target's endpoint, for logs and the failure counter.
     target: Arc<str>,
     attributes: Arc<Vec<KeyValue>>,
@@ -73,45 +75,54 @@ pub(crate) struct Scraper {
     jobs: Vec<Job>,
 }
 
-impl Scraper {
-    /// The jobs of a checked config's `remote` block (its endpoints are valid base URLs).
-    pub(crate) fn new(config: &RemoteConfig) -> Result<Self, String> {
-        let https = config
-            .targets
-            .iter()
-            .any(|t| t.endpoint.trim_start().starts_with("https:"));
-        let timeout = config.effective_timeout();
-        let mut jobs = Vec::new();
-        for target in &config.targets {
-            let base = target.endpoint.trim_end_matches('/');
-            let attributes: Arc<Vec<KeyValue>> =
-                Arc::new(target.labels.iter().map(|(k, v)| string_kv(k, v)).collect());
-            let name: Arc<str> = Arc::from(target.endpoint.as_str());
-            for (kind, path) in config.profiles.enabled() {
-                let mut url = format!("{base}{path}");
-                let mut job_timeout = timeout;
-                if kind == ProfileKind::Cpu {
-                    let seconds = config.cpu_seconds();
-                    let separator = if path.contains('?') { '&' } else { '?' };
-                    url.push_str(&format!("{separator}seconds={seconds}"));
-                    // Go holds the answer for the whole window.
-                    job_timeout = job_timeout.max(Duration::from_secs(seconds + 1));
-                }
-                let url: Uri = url
-                    .parse()
-                    .map_err(|e| format!("remote: {url:?} is not a valid URL: {e}"))?;
-                jobs.push(Job {
-                    target: name.clone(),
-                    attributes: attributes.clone(),
-                    kind,
-                    url,
-                    interval: config.interval,
-                    timeout: job_timeout,
-                });
+/// The jobs of a `remote` block whose endpoints are valid base URLs and paths valid URL
+/// paths: one per target and enabled profile type. An error names the target whose URL
+/// does not parse.
+pub(crate) fn jobs(config: &RemoteConfig) -> Result<Vec<Job>, ConfigError> {
+    let timeout = config.effective_timeout();
+    let mut jobs = Vec::new();
+    for (i, target) in config.targets.iter().enumerate() {
+        let base = target.endpoint.trim_end_matches('/');
+        let attributes: Arc<Vec<KeyValue>> =
+            Arc::new(target.labels.iter().map(|(k, v)| string_kv(k, v)).collect());
+        let name: Arc<str> = Arc::from(target.endpoint.as_str());
+        for (kind, path) in config.profiles.enabled() {
+            let mut url = format!("{base}{path}");
+            let mut job_timeout = timeout;
+            if kind == ProfileKind::Cpu {
+                let seconds = config.cpu_seconds();
+                let separator = if path.contains('?') { '&' } else { '?' };
+                url.push_str(&format!("{separator}seconds={seconds}"));
+                // Go holds the answer for the whole window.
+                job_timeout = job_timeout.max(Duration::from_secs(seconds + 1));
             }
+            let url: Uri = url.parse().map_err(|e| {
+                ConfigError::new(
+                    format!("remote::targets[{i}]::endpoint"),
+                    format!("{url:?} is not a valid URL: {e}"),
+                )
+            })?;
+            jobs.push(Job {
+                target: name.clone(),
+                attributes: attributes.clone(),
+                kind,
+                url,
+                interval: config.interval,
+                timeout: job_timeout,
+            });
         }
+    }
+    Ok(jobs)
+}
+
+impl Scraper {
+    /// Runs `jobs` (a checked config's, [`jobs`]) with one client for all of them.
+    pub(crate) fn new(config: &RemoteConfig, jobs: Vec<Job>) -> Result<Self, String> {
+        let https = jobs
+            .iter()
+            .any(|j| j.url.scheme() == Some(&http::uri::Scheme::HTTPS));
         Ok(Scraper {
-            client: client(https, timeout)?,
+            client: client(https, config.effective_timeout())?,
             jobs,
         })
     }

@@ -211,8 +211,7 @@ mod tests {
 
     #[test]
     fn open_reads_regular_files_only_and_never_past_their_size() {
-        let dir = std::env::temp_dir().join(format!("profcol-hostexe-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
+        let dir = crate::testkit::scratch_dir("hostexe");
         let file = dir.join("f");
         std::fs::write(&file, b"0123456789").expect("write");
         let registry = Registry::new();

@@ -22,12 +22,6 @@ impl Intake {
         Intake { output, shutdown }
     }
 
-    /// Asks the memory limiter before anything is decoded: a refusal costs the request no
-    /// decoding.
-    pub fn admit(&self) -> Result<(), Refused> {
-        self.output.admit()
-    }
-
     /// Before anything is decoded: the memory limiter's word, then a reservation from
     /// `budget` for what `input_bytes` may grow into. Either refusal costs the request no
     /// decoding.
@@ -36,7 +30,7 @@ impl Intake {
         budget: &DecodeBudget,
         input_bytes: usize,
     ) -> Result<DecodePermit, Refused> {
-        self.admit()?;
+        self.output.admit()?;
         budget.reserve(input_bytes)
     }
 

@@ -1,9 +1,10 @@
 //! The component model: ids, the three kinds of pipeline component plus extensions, their
 //! factories, and the registry the binary fills with one explicit list.
 //!
-//! A factory has a typed config (serde, `deny_unknown_fields`, defaults), a pure validate
-//! step ([`crate::config::Validate`]) and a create step. Components never count what they
-//! pass on: the framework counts at every edge.
+//! A factory has a typed config (serde, `deny_unknown_fields`, defaults), a pure check
+//! ([`crate::config::Validate`], or [`crate::config::Compile`] where checking builds what
+//! the component runs with) and a create step that takes the checked config. Components
+//! never count what they pass on: the framework counts at every edge.
 
 mod conformance;
 mod host;

@@ -29,7 +29,7 @@ impl ParsedConfig {
     }
 }
 
-fn parse_and_validate<C: super::ComponentConfig>(
+fn parse_and_check<C: super::ComponentConfig>(
     value: &Value,
 ) -> Result<ParsedConfig, Vec<ConfigError>> {
     // Every unknown key and bad value at once, not only the first serde meets.
@@ -60,7 +60,7 @@ macro_rules! erased_factory {
                 F::STABILITY
             }
             fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
-                parse_and_validate::<F::Config>(value)
+                parse_and_check::<F::Config>(value)
             }
             fn create(
                 &self,
@@ -116,7 +116,7 @@ impl<F: ExporterFactory> ErasedExporterFactory for F {
         F::STABILITY
     }
     fn parse(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
-        parse_and_validate::<F::Config>(value)
+        parse_and_check::<F::Config>(value)
     }
     fn helper_settings(&self, config: &ParsedConfig) -> ExporterHelperSettings {
         match config.0.downcast_ref::<Checked<F::Config>>() {

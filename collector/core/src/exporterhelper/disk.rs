@@ -248,8 +248,7 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn created_folders_are_0700_and_files_0600() {
-        let root = std::env::temp_dir().join(format!("profcol-disk-modes-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = crate::testkit::scratch_path("disk-modes");
         let nested = root.join("a/b");
         create_private_dir_all(&nested).expect("mkdir");
         assert_eq!(mode(&root), 0o700);
@@ -286,8 +285,7 @@ mod tests {
 
     #[test]
     fn sweep_removes_only_matching_files() {
-        let dir = std::env::temp_dir().join(format!("profcol-disk-sweep-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::testkit::scratch_path("disk-sweep");
         std::fs::create_dir_all(dir.join("x.tmp")).expect("a folder that looks temporary");
         for name in ["1.tmp", "2.tmp", "3.pb"] {
             std::fs::write(dir.join(name), b"x").expect("write");

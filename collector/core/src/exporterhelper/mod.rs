@@ -998,8 +998,7 @@ mod tests {
 
     #[tokio::test]
     async fn persistent_queue_keeps_unsent_batches_for_the_next_start() {
-        let dir = std::env::temp_dir().join(format!("profcol-pq-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::testkit::scratch_path("pq");
         let t = Telemetry::new();
         let id = ComponentId::new("scripted", None);
         let mut s = settings(true);
@@ -1313,8 +1312,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_persistent_queue_sweeps_temp_files_and_is_private() {
-        let root = std::env::temp_dir().join(format!("profcol-pq-sweep-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = crate::testkit::scratch_path("pq-sweep");
         let queue_dir = root.join("exporter_scripted");
         std::fs::create_dir_all(&queue_dir).expect("dir");
         // What a crash mid-write leaves: a temp file beside a whole one.
@@ -1569,12 +1567,7 @@ mod tests {
     }
 
     fn offline_scratch(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "profcol-helper-offline-{name}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+        crate::testkit::scratch_path(&format!("helper-offline-{name}"))
     }
 
     fn offline_settings(dir: &std::path::Path, after: Duration) -> ExporterHelperSettings {

@@ -222,8 +222,7 @@ mod tests {
 
     #[test]
     fn disk_store_survives_reopening() {
-        let dir = std::env::temp_dir().join(format!("profcol-disk-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = crate::testkit::scratch_path("disk");
         let (store, old) = DiskStore::open(&dir).expect("open");
         assert!(old.is_empty());
         let a = store.write(&ProfileBatch::empty()).expect("write");
@@ -244,9 +243,7 @@ mod disk_names {
 
     #[test]
     fn a_queue_file_named_u64_max_does_not_overflow() {
-        let dir = std::env::temp_dir().join(format!("profcol-disk-max-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = crate::testkit::scratch_dir("disk-max");
         std::fs::write(dir.join(format!("{}.pb", u64::MAX)), b"").expect("write");
         std::fs::write(dir.join("99999999999999999999999.pb"), b"").expect("write");
         let (store, seqs) = DiskStore::open(&dir).expect("open");

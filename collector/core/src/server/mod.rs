@@ -18,6 +18,8 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::component::BoxError;
+
 /// Who sent a request: the TCP peer, in every request's extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub SocketAddr);
@@ -49,8 +51,6 @@ pub struct Listener {
     pub component: &'static str,
     pub protocol: &'static str,
 }
-
-use crate::component::BoxError;
 
 /// Who serves what, for logs.
 #[derive(Clone, Copy)]

@@ -19,7 +19,7 @@ pub struct Pipeline {
     pub exporters: Vec<ComponentId>,
 }
 
-/// A config that parsed, validated and hangs together.
+/// A config that parsed, passed every component's check and hangs together.
 #[derive(Clone)]
 pub struct CollectorConfig {
     pub receivers: Vec<(ComponentId, ParsedConfig)>,

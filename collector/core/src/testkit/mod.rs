@@ -7,7 +7,9 @@
 pub mod conformance;
 mod files;
 
-pub use files::{config_errors, scratch_dir, scratch_path, testdata_config};
+pub use files::{
+    ScratchDir, config_errors, scratch_dir, scratch_path, testdata_config, testdata_value,
+};
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

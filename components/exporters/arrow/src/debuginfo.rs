@@ -696,6 +696,8 @@ mod tests {
     use std::path::Path;
     use std::time::Instant;
 
+    use profcol_core::testkit::ScratchDir;
+
     use profcol_proto::parca::debuginfo::v1alpha1::debuginfo_service_server::{
         DebuginfoService, DebuginfoServiceServer,
     };
@@ -704,35 +706,8 @@ mod tests {
         UploadInstructions, UploadResponse,
     };
 
-    /// A directory under the system's temp dir, removed when dropped.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(tag: &str) -> Scratch {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("clock")
-                .as_nanos();
-            let dir = std::env::temp_dir().join(format!(
-                "profcol-arrow-{tag}-{}-{nanos}",
-                std::process::id()
-            ));
-            std::fs::create_dir_all(&dir).expect("scratch dir");
-            Scratch(dir)
-        }
-
-        fn join(&self, name: &str) -> PathBuf {
-            self.0.join(name)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    /// A GNU build id no other test (or test run) uses: the host registry is global.
+    /// A GNU build id of this test's own, so that no two files in a test share one by
+    /// accident.
     fn unique_id(tag: &str) -> String {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -882,7 +857,7 @@ mod tests {
 
     #[test]
     fn prepare_refuses_a_fifo_without_waiting_for_a_writer() {
-        let dir = Scratch::new("fifo");
+        let dir = ScratchDir::new("fifo");
         let id = unique_id("fifo");
         let fifo = dir.join("fifo");
         mkfifo(&fifo);
@@ -919,7 +894,7 @@ mod tests {
 
     #[test]
     fn prepare_does_not_follow_a_link_at_a_recorded_path() {
-        let dir = Scratch::new("link");
+        let dir = ScratchDir::new("link");
         let id = unique_id("link");
         let target = dir.join("target");
         std::fs::write(&target, elf_declaring(&id, 4096)).expect("write");
@@ -953,7 +928,7 @@ mod tests {
             }
             (bytes, chunks, None)
         }
-        let dir = Scratch::new("chunks");
+        let dir = ScratchDir::new("chunks");
         let id = unique_id("chunks");
         let path = dir.join("exe");
         let content = elf_declaring(&id, CHUNK_BYTES + 1000);
@@ -1002,7 +977,7 @@ mod tests {
 
     #[test]
     fn a_normal_file_uploads_and_a_fifo_or_link_at_a_recorded_path_is_skipped_and_counted() {
-        let dir = Scratch::new("upload");
+        let dir = ScratchDir::new("upload");
         let good_id = unique_id("upload-good");
         let fifo_id = unique_id("upload-fifo");
         let link_id = unique_id("upload-link");

@@ -1309,10 +1309,7 @@ mod tests {
     // ---- config ------------------------------------------------------------------------
 
     fn testdata(name: &str) -> Value {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_yaml(name, &text).expect("yaml")
+        profcol_core::testkit::testdata_value(env!("CARGO_MANIFEST_DIR"), name)
     }
 
     fn parse(text: &str) -> Result<ArrowExporterConfig, ConfigError> {

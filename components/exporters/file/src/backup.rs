@@ -205,9 +205,7 @@ mod tests {
 
     #[test]
     fn prunes_by_count_and_by_age_and_leaves_other_files_alone() {
-        let dir = std::env::temp_dir().join(format!("profcol-backups-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = profcol_core::testkit::scratch_dir("backups");
         let b = Backups::of(&dir.join("p.json")).expect("name");
         let day = 86_400_000;
         let now = 1_796_013_912_123;

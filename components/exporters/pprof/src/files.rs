@@ -87,8 +87,7 @@ mod tests {
 
     #[test]
     fn never_overwrites_and_leaves_no_temp_file() {
-        let dir = std::env::temp_dir().join(format!("profcol-pprof-files-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = profcol_core::testkit::scratch_path("pprof-files");
         let a = write_unique(&dir, "x.pb.gz", b"one").expect("write");
         let b = write_unique(&dir, "x.pb.gz", b"two").expect("write");
         let c = write_unique(&dir, "x.pb.gz", b"three").expect("write");

@@ -17,10 +17,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use profcol_core::component::ExportError;
 use profcol_core::config::ConfigError;
-
-use crate::config::PushTarget;
 use profcol_core::pdata::types::{KeyValue, Value};
 use profcol_core::telemetry::WireBytes;
+
+use crate::config::PushTarget;
 
 /// Sent as `spyName`.
 pub const SPY_NAME: &str = "profcol";

@@ -168,8 +168,7 @@ mod tests {
     #[test]
     fn created_folders_get_directory_permissions() {
         use profcol_core::exporterhelper::disk::testing::mode;
-        let root = std::env::temp_dir().join(format!("profcol-fs-modes-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = profcol_core::testkit::scratch_path("fs-modes");
         let ctx = |name: &'static str| CreateContext {
             id: ComponentId::new("file_storage", Some(name)),
             telemetry: Telemetry::new(),
@@ -206,7 +205,7 @@ mod tests {
 
     #[test]
     fn create_makes_a_directory_per_id() {
-        let root = std::env::temp_dir().join(format!("profcol-fs-{}", std::process::id()));
+        let root = profcol_core::testkit::scratch_path("fs");
         let ctx = CreateContext {
             id: ComponentId::new("file_storage", Some("q")),
             telemetry: Telemetry::new(),

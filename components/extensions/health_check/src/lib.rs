@@ -124,20 +124,17 @@ impl Extension for HealthCheck {
 mod tests {
     use super::*;
     use profcol_core::component::ComponentId;
-    use profcol_core::config::{parse_typed, parse_yaml};
+
     use profcol_core::telemetry::Telemetry;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_util::sync::CancellationToken;
 
     fn load(name: &str) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(name, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), name)
     }
 
     #[test]
-    fn config_parses_and_typos_fail_with_their_path() {
+    fn testdata_config_parses_and_bad_values_fail() {
         assert_eq!(
             load("config.yaml").expect("valid"),
             Config {

@@ -410,7 +410,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use profcol_core::component::ComponentId;
-    use profcol_core::config::{Validate, parse_typed, parse_yaml};
+    use profcol_core::config::Validate;
     use profcol_core::pdata::codec::plain_pprof;
     use profcol_core::pdata::pprof::pprof_to_batch;
     use profcol_core::service::Status;
@@ -431,14 +431,11 @@ mod tests {
     }
 
     fn load(name: &str) -> Result<Config, profcol_core::config::ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(name, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), name)
     }
 
     #[test]
-    fn config_parses_and_typos_fail_with_their_path() {
+    fn testdata_config_parses_and_bad_values_fail() {
         let c = load("config.yaml").expect("valid");
         assert_eq!(
             c,
@@ -664,8 +661,7 @@ mod tests {
     /// `go tool pprof -raw` on `gzipped` (the bytes as served): its text, or None without Go.
     fn go_tool_pprof_raw(gzipped: &[u8], name: &str) -> Option<String> {
         let go = go()?;
-        let dir = std::env::temp_dir().join(format!("profcol-pprof-ext-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = profcol_core::testkit::scratch_dir("pprof-ext");
         let file = dir.join(name);
         std::fs::write(&file, gzipped).expect("write");
         let out = Command::new(go)
@@ -687,8 +683,7 @@ mod tests {
     /// also asking for symbols if the profile lacked them): its text, or None without Go.
     fn go_tool_pprof_raw_url(url: &str) -> Option<String> {
         let go = go()?;
-        let dir = std::env::temp_dir().join(format!("profcol-pprof-url-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = profcol_core::testkit::scratch_dir("pprof-url");
         let out = Command::new(go)
             .args(["tool", "pprof", "-raw", url])
             .env("PPROF_TMPDIR", &dir)
@@ -900,8 +895,7 @@ mod tests {
     #[test]
     fn save_to_file_writes_a_cpu_profile_of_the_whole_run_at_shutdown() {
         let _turn = cpu_turn();
-        let dir = std::env::temp_dir().join(format!("profcol-pprof-save-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = profcol_core::testkit::scratch_dir("pprof-save");
         let file = dir.join("run.pprof");
         let _ = std::fs::remove_file(&file);
         let live = Live::start(Config {

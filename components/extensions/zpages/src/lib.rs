@@ -133,7 +133,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use profcol_core::component::{ComponentId, PipelineId};
-    use profcol_core::config::{Validate, parse_typed, parse_yaml};
+    use profcol_core::config::Validate;
     use profcol_core::service::{ComponentStatus, Pipeline};
     use profcol_core::telemetry::Telemetry;
     use profcol_core::testkit::free_port;
@@ -142,14 +142,11 @@ mod tests {
     use super::*;
 
     fn load(name: &str) -> Result<Config, profcol_core::config::ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(name, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), name)
     }
 
     #[test]
-    fn config_parses_and_typos_fail_with_their_path() {
+    fn testdata_config_parses_and_bad_values_fail() {
         let c = load("config.yaml").expect("valid");
         assert_eq!(c.endpoint, "127.0.0.1:55700");
         assert!(c.expvar.enabled);

@@ -695,6 +695,7 @@ mod tests {
 
     use super::*;
     use profcol_core::config::{Value, expand_env, parse_typed, parse_yaml};
+    use profcol_core::testkit::config_errors;
 
     fn load(path: &str) -> Result<Config, ConfigError> {
         profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), path)
@@ -705,10 +706,7 @@ mod tests {
     }
 
     fn errors(text: &str) -> Vec<String> {
-        parse(text)
-            .compile()
-            .err()
-            .unwrap_or_default()
+        config_errors(&parse(text))
             .iter()
             .map(ToString::to_string)
             .collect()

@@ -504,8 +504,7 @@ mod tests {
 
     #[test]
     fn a_kubeconfig_context_is_honoured() {
-        let dir = std::env::temp_dir().join(format!("k8sattr-ctx-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = profcol_core::testkit::scratch_dir("k8sattr-ctx");
         let path = dir.join("kubeconfig");
         std::fs::write(
             &path,

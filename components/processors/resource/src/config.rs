@@ -224,6 +224,7 @@ impl Compile for Config {
 mod tests {
     use super::*;
     use profcol_core::config::{parse_typed, parse_yaml};
+    use profcol_core::testkit::config_errors;
 
     fn load(path: &str) -> Result<Config, ConfigError> {
         profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), path)
@@ -234,11 +235,7 @@ mod tests {
     }
 
     fn errors(text: &str) -> Vec<String> {
-        parse(text)
-            .expect("parses")
-            .compile()
-            .err()
-            .unwrap_or_default()
+        config_errors(&parse(text).expect("parses"))
             .iter()
             .map(ToString::to_string)
             .collect()
@@ -251,7 +248,6 @@ mod tests {
     #[test]
     fn testdata_config_parses_into_steps() {
         let c = load("config.yaml").expect("valid");
-        assert!(c.compile().is_ok());
         assert_eq!(
             c.compile().expect("steps"),
             vec![

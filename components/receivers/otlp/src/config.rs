@@ -169,10 +169,7 @@ mod tests {
     use profcol_core::config::{parse_typed, parse_yaml};
 
     fn load(name: &str) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(name, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), name)
     }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {

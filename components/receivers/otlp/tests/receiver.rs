@@ -784,9 +784,7 @@ impl Pki {
             BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
             KeyPair,
         };
-        let dir =
-            std::env::temp_dir().join(format!("profcol-otlp-tls-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let dir = profcol_core::testkit::scratch_dir(&format!("otlp-tls-{tag}"));
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         let ca =

@@ -191,8 +191,7 @@ mod tests {
 
     #[test]
     fn expands() {
-        let dir = std::env::temp_dir().join(format!("profcol-glob-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = profcol_core::testkit::scratch_path("glob");
         for f in [
             "a.pb.gz",
             "b.txt",

@@ -760,10 +760,7 @@ mod tests {
     }
 
     fn load(name: &str) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR")))
-                .expect("testdata");
-        parse_typed(&parse_yaml(name, &text).expect("yaml"))
+        profcol_core::testkit::testdata_config(env!("CARGO_MANIFEST_DIR"), name)
     }
 
     fn process(pid: u32, exe: Option<&str>, comm: &str, container: Option<&str>) -> Process {

@@ -15,9 +15,7 @@ use profcol_exporter_otlp::{
 use profcol_exporter_otlp::{OtlpExporterFactory, OtlpHttpExporterFactory};
 
 fn testdata(name: &str) -> Value {
-    let text = std::fs::read_to_string(format!("{}/testdata/{name}", env!("CARGO_MANIFEST_DIR")))
-        .expect("testdata");
-    parse_yaml(name, &text).expect("yaml")
+    profcol_core::testkit::testdata_value(env!("CARGO_MANIFEST_DIR"), name)
 }
 
 fn exporter_section(name: &str) -> Value {

@@ -4,24 +4,19 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use profcol_core::pdata::types::Value;
+use profcol_core::testkit::ScratchDir;
 use profcol_receiver_pprof::{
     Config, FILE_FAILURES_METRIC, FILE_PATH_ATTRIBUTE, FileConfig, SCOPE_FILE,
 };
 
 use crate::*;
 
-struct TempDir(PathBuf);
+/// A scratch folder of the test's own, with the files a producer would write.
+struct TempDir(ScratchDir);
 
 impl TempDir {
     fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "profcol-pprof-{tag}-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        TempDir(dir)
+        TempDir(ScratchDir::new(&format!("pprof-{tag}")))
     }
 
     fn write(&self, relative: &str, bytes: &[u8]) -> PathBuf {
@@ -32,12 +27,6 @@ impl TempDir {
         std::fs::write(&partial, bytes).expect("write");
         std::fs::rename(&partial, &path).expect("rename");
         path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -74,7 +63,7 @@ async fn files_are_read_once_new_ones_picked_up_bad_ones_skipped() {
     let cpu = dir.write("a/cpu.pb.gz", &fixture("go-cpu.pb.gz"));
     dir.write("bad.pb.gz", b"\x1f\x8bnot really gzip");
     dir.write("a/notes.txt", &fixture("go-heap.pb.gz"));
-    let mut r = start(config(&dir.0), 8).await;
+    let mut r = start(config(dir.0.path()), 8).await;
 
     let batch = r.next_batch().await;
     assert_eq!(file_path(&batch), cpu.display().to_string());
@@ -103,7 +92,7 @@ async fn files_are_read_once_new_ones_picked_up_bad_ones_skipped() {
 #[tokio::test]
 async fn a_full_pipeline_leaves_the_file_for_the_next_interval() {
     let dir = TempDir::new("full");
-    let mut r = start(config(&dir.0), 1).await;
+    let mut r = start(config(dir.0.path()), 1).await;
     r.tx.send(profcol_core::pdata::ProfileBatch::empty())
         .await
         .expect("fill");
@@ -132,7 +121,7 @@ async fn jfr_recordings_are_read_beside_pprof_and_a_broken_one_is_counted() {
     let mut r = start(
         Config {
             file: Some(FileConfig {
-                include: vec![format!("{}/*.jfr", dir.0.display())],
+                include: vec![format!("{}/*.jfr", dir.0.path().display())],
                 interval: Duration::from_millis(150),
             }),
             ..Config::default()

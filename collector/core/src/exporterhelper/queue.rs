@@ -235,11 +235,6 @@ mod tests {
         assert!(store.write(&ProfileBatch::empty()).expect("write") > b);
         let _ = std::fs::remove_dir_all(&dir);
     }
-}
-
-#[cfg(test)]
-mod disk_names {
-    use super::*;
 
     #[test]
     fn a_queue_file_named_u64_max_does_not_overflow() {

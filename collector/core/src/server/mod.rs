@@ -464,7 +464,7 @@ where
 }
 
 #[cfg(test)]
-mod rejection_tests {
+mod tests {
     use super::*;
     use crate::component::Refused;
 

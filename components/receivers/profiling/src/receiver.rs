@@ -749,11 +749,11 @@ mod tests {
     async fn bad_files_are_counted_in_the_receiver_metrics() {
         let dir = tempfile::tempdir().expect("tmp");
         let huge = dir.path().join("huge.so");
-        std::fs::write(&huge, crate::attacker_tests::huge_counts()).expect("write");
-        let attacker = crate::attacker_tests::Attacker::spawn(std::slice::from_ref(&huge));
+        std::fs::write(&huge, crate::tests::attacker::huge_counts()).expect("write");
+        let attacker = crate::tests::attacker::Attacker::spawn(std::slice::from_ref(&huge));
         let pid = attacker.pid();
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
-        let addr = crate::attacker_tests::mapped_at(&maps, &huge) + 0x10;
+        let addr = crate::tests::attacker::mapped_at(&maps, &huge) + 0x10;
         struct Bad(u32, u64);
         impl SampleSource for Bad {
             fn poll(

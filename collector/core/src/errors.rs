@@ -15,6 +15,26 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
+/// A step that failed, and the error that made it fail: for a function whose steps fail
+/// for different reasons, so that its caller keeps the cause ([`Failed::what`] says
+/// which step; [`crate::component::BuildError::caused_by`] takes both).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct Failed {
+    pub what: String,
+    #[source]
+    pub source: crate::component::BoxError,
+}
+
+impl Failed {
+    pub fn new(what: impl Into<String>, source: impl Into<crate::component::BoxError>) -> Self {
+        Failed {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

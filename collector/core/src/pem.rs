@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 #[derive(Debug, thiserror::Error)]
 pub enum PemError {
     #[error("cannot read: {0}")]
-    Read(std::io::Error),
+    Read(#[source] std::io::Error),
     #[error("not valid PEM: {0}")]
     Invalid(String),
     #[error("holds no PEM certificate")]

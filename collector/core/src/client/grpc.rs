@@ -14,7 +14,7 @@ use http::uri::{Scheme, Uri};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
-use super::tls::{ClientTls, TlsClientSettings};
+use super::tls::{ClientTls, TlsClientSettings, TlsError};
 use crate::component::ExportError;
 use crate::config::ConfigError;
 use profcol_proto::google_rpc as rpc;
@@ -109,6 +109,19 @@ pub fn grpc_headers(headers: &BTreeMap<String, String>) -> Result<HeaderMap, Vec
     crate::config::header_map(headers, &["grpc-"])
 }
 
+/// Why a gRPC channel could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("must be created inside a tokio runtime")]
+    NoRuntime,
+    #[error("user agent: {0}")]
+    UserAgent(#[source] tonic::transport::Error),
+    #[error("tls: {0}")]
+    Tls(#[from] TlsError),
+    #[error("tls: {0}")]
+    TlsSetup(#[source] tonic::transport::Error),
+}
+
 /// A channel to `target` that connects on first use, with the `tls:` block applied
 /// (files read and parsed now) and `timeout` as the connect timeout (0: none). Must be
 /// called inside a tokio runtime (the channel's worker is spawned here). `who` names the
@@ -118,22 +131,22 @@ pub fn connect_lazy(
     tls: &TlsClientSettings,
     timeout: Duration,
     who: &str,
-) -> Result<Channel, String> {
+) -> Result<Channel, ConnectError> {
     if tokio::runtime::Handle::try_current().is_err() {
-        return Err("must be created inside a tokio runtime".into());
+        return Err(ConnectError::NoRuntime);
     }
     let mut builder = Endpoint::from(target.uri.clone())
         .user_agent(USER_AGENT)
-        .map_err(|e| format!("user agent: {e}"))?
+        .map_err(ConnectError::UserAgent)?
         .tcp_nodelay(true);
     if !timeout.is_zero() {
         builder = builder.connect_timeout(timeout);
     }
     if target.tls {
-        let loaded = ClientTls::load(tls).map_err(|e| format!("tls: {e}"))?;
+        let loaded = ClientTls::load(tls)?;
         builder = builder
             .tls_config_with_verifier(loaded.tonic_config(), loaded.verifier.clone())
-            .map_err(|e| format!("tls: {e}"))?;
+            .map_err(ConnectError::TlsSetup)?;
     } else if tls.ca_file().is_some() || tls.cert_file().is_some() {
         tracing::warn!(
             component = %who,

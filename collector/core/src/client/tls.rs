@@ -85,7 +85,11 @@ impl Validate for TlsClientSettings {
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     #[error("{path}: {problem}")]
-    Pem { path: PathBuf, problem: PemError },
+    Pem {
+        path: PathBuf,
+        #[source]
+        problem: PemError,
+    },
     #[error("no trusted root certificates: {0}")]
     Roots(String),
     #[error("invalid server_name_override {0:?}")]

@@ -101,6 +101,11 @@ impl BuildError {
             source: Some(source.into()),
         }
     }
+
+    /// The step of `id`'s creation that failed, with its cause.
+    pub fn failed(id: &ComponentId, failed: crate::errors::Failed) -> Self {
+        Self::caused_by(id, failed.what, failed.source)
+    }
 }
 
 /// Why a running component stopped early. The collector cannot go on without it (a port

@@ -57,6 +57,7 @@ pub enum TlsError {
     Pem {
         field: &'static str,
         path: PathBuf,
+        #[source]
         problem: PemError,
     },
     #[error("tls {field} {path:?}: {problem}")]

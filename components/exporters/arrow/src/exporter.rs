@@ -66,7 +66,8 @@ impl ArrowExporter {
         let who = ctx.id.to_string();
         let fail = |message: String| BuildError::new(&ctx.id, message);
         let GrpcDestination { target, headers } = destinations.store;
-        let channel = connect_lazy(&target, &config.tls, config.timeout, &who).map_err(fail)?;
+        let channel = connect_lazy(&target, &config.tls, config.timeout, &who)
+            .map_err(|e| BuildError::caused_by(&ctx.id, "cannot set up the channel", e))?;
         let store =
             ProfileStoreServiceClient::new(WithHeaders::new(channel.clone(), headers.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -80,7 +81,13 @@ impl ArrowExporter {
                     Some(own) => {
                         let channel =
                             connect_lazy(&own.target, &settings.tls, settings.timeout, &who)
-                                .map_err(|e| fail(format!("debuginfo: {e}")))?;
+                                .map_err(|e| {
+                                    BuildError::caused_by(
+                                        &ctx.id,
+                                        "debuginfo: cannot set up the channel",
+                                        e,
+                                    )
+                                })?;
                         WithHeaders::new(channel, own.headers)
                     }
                 };

@@ -1440,7 +1440,8 @@ mod tests {
         ) else {
             panic!("a missing CA file must fail create")
         };
-        assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+        let text = profcol_core::errors::error_chain(&e);
+        assert!(text.contains("/nonexistent/ca.pem"), "{text}");
     }
 
     #[test]

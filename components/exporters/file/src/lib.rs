@@ -66,10 +66,7 @@ impl ExporterFactory for FileExporterFactory {
             max_age_millis: u64::from(r.max_days) * 86_400_000,
         });
         let exporter = FileExporter::open(&config, limits).map_err(|e| {
-            BuildError::new(
-                &ctx.id,
-                format!("cannot open {}: {e}", config.path.display()),
-            )
+            BuildError::caused_by(&ctx.id, format!("cannot open {}", config.path.display()), e)
         })?;
         Ok(Box::new(exporter))
     }
@@ -679,10 +676,10 @@ mod tests {
             )
             .err()
             .expect("no directory");
+        let text = profcol_core::errors::error_chain(&e);
         assert!(
-            e.to_string()
-                .starts_with(&format!("file/out: cannot open {}: ", path.display())),
-            "{e}"
+            text.starts_with(&format!("file/out: cannot open {}: ", path.display())),
+            "{text}"
         );
         let c = Config {
             create_directory: true,

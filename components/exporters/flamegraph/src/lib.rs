@@ -30,6 +30,7 @@ pub use title::TitleError;
 
 use folded::Accumulator;
 use profcol_core::config::Checked;
+use profcol_core::errors::Failed;
 use services::ServiceCap;
 use store::Store;
 
@@ -53,7 +54,7 @@ impl ExporterFactory for FlamegraphExporterFactory {
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError> {
         let exporter = FlamegraphExporter::new(config, &ctx.id.to_string(), &ctx.telemetry)
-            .map_err(|e| BuildError::new(&ctx.id, e))?;
+            .map_err(|e| BuildError::failed(&ctx.id, e))?;
         Ok(Box::new(exporter))
     }
 }
@@ -79,13 +80,13 @@ impl FlamegraphExporter {
         config: Checked<Config>,
         id: &str,
         telemetry: &profcol_core::telemetry::Telemetry,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Failed> {
         let (config, Compiled { title, trace }) = config.into_parts();
         let store = Store::open(&config.directory, config.keep, config.max_age, title)
-            .map_err(|e| format!("cannot open {}: {e}", config.directory.display()))?;
+            .map_err(|e| Failed::new(format!("cannot open {}", config.directory.display()), e))?;
         let folders = store
             .service_folders()
-            .map_err(|e| format!("cannot read {}: {e}", config.directory.display()))?;
+            .map_err(|e| Failed::new(format!("cannot read {}", config.directory.display()), e))?;
         let services = ServiceCap::new(id, config.max_services, folders, telemetry);
         Ok(FlamegraphExporter {
             inner: Arc::new(Inner {

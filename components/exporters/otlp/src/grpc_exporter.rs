@@ -83,10 +83,9 @@ impl GrpcExporter {
         GrpcDestination { target, headers }: GrpcDestination,
         ctx: &CreateContext,
     ) -> Result<Self, BuildError> {
-        let fail = |message: String| BuildError::new(&ctx.id, message);
         // The channel's worker task is spawned here (it connects on first use).
         let channel = connect_lazy(&target, &config.tls, config.timeout, &ctx.id.to_string())
-            .map_err(fail)?;
+            .map_err(|e| BuildError::caused_by(&ctx.id, "cannot set up the channel", e))?;
         let transport = Transport {
             channel,
             headers: Arc::new(headers),

@@ -75,7 +75,6 @@ impl HttpExporter {
         }: HttpDestination,
         ctx: &CreateContext,
     ) -> Result<Self, BuildError> {
-        let fail = |message: String| BuildError::new(&ctx.id, message);
         let mut headers = HeaderMap::new();
         headers.insert(
             http::header::USER_AGENT,
@@ -100,10 +99,11 @@ impl HttpExporter {
             tcp.set_connect_timeout(Some(config.timeout));
         }
         let connector = if url.scheme() == Some(&Scheme::HTTPS) {
-            let tls = ClientTls::load(&config.tls).map_err(|e| fail(format!("tls: {e}")))?;
+            let tls = ClientTls::load(&config.tls)
+                .map_err(|e| BuildError::caused_by(&ctx.id, "tls", e))?;
             let rustls = tls
                 .rustls_config(&[])
-                .map_err(|e| fail(format!("tls: {e}")))?;
+                .map_err(|e| BuildError::caused_by(&ctx.id, "tls", e))?;
             let builder = HttpsConnectorBuilder::new()
                 .with_tls_config(rustls)
                 .https_only();
@@ -122,7 +122,8 @@ impl HttpExporter {
             }
             HttpsConnectorBuilder::new()
                 .with_tls_config(
-                    plaintext_placeholder_config().map_err(|e| fail(format!("tls: {e}")))?,
+                    plaintext_placeholder_config()
+                        .map_err(|e| BuildError::caused_by(&ctx.id, "tls", e))?,
                 )
                 .https_or_http()
                 .enable_http1()

@@ -17,6 +17,7 @@ mod separate;
 mod services;
 mod template;
 
+use profcol_core::errors::Failed;
 use profcol_core::exporterhelper::PeriodicTask;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -77,7 +78,7 @@ impl ExporterFactory for PprofExporterFactory {
     ) -> Result<Box<dyn Exporter>, BuildError> {
         let (config, compiled) = config.into_parts();
         let exporter = PprofExporter::new(&config, compiled, &ctx.id.to_string(), &ctx.telemetry)
-            .map_err(|e| BuildError::new(&ctx.id, e))?;
+            .map_err(|e| BuildError::failed(&ctx.id, e))?;
         Ok(Box::new(exporter))
     }
 }
@@ -262,19 +263,19 @@ impl PprofExporter {
         compiled: Compiled,
         id: &str,
         telemetry: &profcol_core::telemetry::Telemetry,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Failed> {
         let template = compiled.file_name;
         let pusher = match compiled.push {
-            Some(target) => Some(Pusher::new(
-                target,
-                config.timeout,
-                WireBytes::sent(telemetry, id),
-            )?),
+            Some(target) => Some(
+                Pusher::new(target, config.timeout, WireBytes::sent(telemetry, id))
+                    .map_err(|e| Failed::new("cannot set up the push client", e))?,
+            ),
             None => None,
         };
         if config.write_files {
-            files::prepare(&config.directory)
-                .map_err(|e| format!("cannot make {}: {e}", config.directory.display()))?;
+            files::prepare(&config.directory).map_err(|e| {
+                Failed::new(format!("cannot make {}", config.directory.display()), e)
+            })?;
         }
         Ok(PprofExporter {
             inner: Arc::new(Inner {

@@ -33,7 +33,7 @@ impl ProcessorFactory for MemoryLimiterFactory {
         let id = &ctx.base.id;
         let limits = config
             .limits(total_system_memory)
-            .map_err(|e| BuildError::new(id, e.to_string()))?;
+            .map_err(|e| BuildError::caused_by(id, "cannot work out the limits", e))?;
         // Fail now, not silently at every check, where memory use cannot be read.
         let used = HeapInUse
             .used_bytes()

@@ -251,7 +251,8 @@ fn create_needs_a_runtime_and_does_no_network() {
         )
         .err()
         .expect("no runtime");
-    assert!(e.to_string().contains("tokio runtime"), "{e}");
+    let text = profcol_core::errors::error_chain(&e);
+    assert!(text.contains("tokio runtime"), "{text}");
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -170,7 +170,8 @@ async fn unreadable_or_bad_tls_files_fail_at_create() {
         )
         .err()
         .expect("missing ca_file");
-    assert!(e.to_string().contains("/nonexistent/ca.pem"), "{e}");
+    let text = profcol_core::errors::error_chain(&e);
+    assert!(text.contains("/nonexistent/ca.pem"), "{text}");
 
     let dir = temp_dir();
     let garbage = dir.join("garbage.pem");
@@ -190,7 +191,8 @@ async fn unreadable_or_bad_tls_files_fail_at_create() {
         )
         .err()
         .expect("garbage ca_file");
-    assert!(e.to_string().contains("garbage.pem"), "{e}");
+    let text = profcol_core::errors::error_chain(&e);
+    assert!(text.contains("garbage.pem"), "{text}");
 
     let cert = self_signed(&["localhost"]);
     let bad_key = OtlpExporterConfig {
@@ -209,5 +211,6 @@ async fn unreadable_or_bad_tls_files_fail_at_create() {
         )
         .err()
         .expect("garbage key");
-    assert!(e.to_string().contains("garbage.pem"), "{e}");
+    let text = profcol_core::errors::error_chain(&e);
+    assert!(text.contains("garbage.pem"), "{text}");
 }

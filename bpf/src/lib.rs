@@ -194,7 +194,9 @@ pub struct Sample {
     /// User frames, innermost first: the instruction pointer, then return
     /// addresses (after a signal frame, the interrupted instruction).
     pub user_stack: Vec<u64>,
-    /// `kernel_stack` holds [`MAX_FRAMES`] frames: outer frames may be missing.
+    /// The kernel stack filled all [`MAX_FRAMES`] slots: outer frames may be missing
+    /// (an off-CPU sample's `kernel_stack` is then a few frames shorter, its tracing
+    /// frames cut).
     pub kernel_truncated: bool,
     /// The user walk did not reach the outermost frame ([`Sample::unwind_end`]
     /// says why): outer frames are missing.

@@ -40,7 +40,8 @@ fn scheduler_text_in(reader: impl BufRead) -> Option<Range<u64>> {
         else {
             continue;
         };
-        if !matches!(kind, "t" | "T") {
+        // Text, weak ones included: each ends the function before it.
+        if !matches!(kind, "t" | "T" | "w" | "W") {
             continue;
         }
         let Ok(addr) = u64::from_str_radix(addr, 16) else {

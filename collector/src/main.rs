@@ -108,8 +108,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // What was wrong, with its cause; config errors list one per line.
-            eprintln!("profcol: {e:#}");
+            // What was wrong, with its causes (each said once); config errors list one
+            // per line.
+            eprintln!("profcol: {}", profcol_core::errors::error_chain(e.as_ref()));
             ExitCode::from(failure_code)
         }
     }

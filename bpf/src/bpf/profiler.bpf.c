@@ -1304,10 +1304,6 @@ int BPF_PROG(on_exit, struct task_struct *p)
  *
  * next: if it was recorded leaving, its sample goes out with the time since.
  */
-/* The kernel stack taken in on_switch starts with the tracing machinery: the program
- * itself, bpf_trace_run4 and, on some kernels, __traceiter_sched_switch. How many frames
- * that is differs between kernels, so it is kept here and user space cuts the stack at
- * its frame in __schedule, whose addresses it reads from kallsyms. */
 /* task_struct.flags: the task is exiting (include/linux/sched.h). */
 #define PF_EXITING 0x00000004
 
@@ -1335,6 +1331,9 @@ static __always_inline void off_cpu_leave(void *ctx, struct filter_config *cfg,
 	s = bpf_map_lookup_elem(&scratch, &key);
 	if (!s)
 		return;
+	/* The kernel stack starts with the tracing machinery (this program, bpf_trace_run4
+	 * and, on some kernels, __traceiter_sched_switch): it is taken whole, and user space
+	 * cuts it at its frame in __schedule, since the count differs between kernels. */
 	build_sample(ctx, s, pid_tgid, false);
 	s->event.flags |= SAMPLE_OFF_CPU;
 	s->event.time_ns = bpf_ktime_get_ns();

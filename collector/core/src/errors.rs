@@ -17,7 +17,7 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
 
 /// A step that failed, and the error that made it fail: for a function whose steps fail
 /// for different reasons, so that its caller keeps the cause ([`Failed::what`] says
-/// which step; [`crate::component::BuildError::caused_by`] takes both).
+/// which step; [`crate::component::BuildError::failed`] keeps both).
 #[derive(Debug, thiserror::Error)]
 #[error("{what}")]
 pub struct Failed {

@@ -1,6 +1,6 @@
 //! PEM files of certificates and keys, read one way for the clients' and the servers'
-//! `tls:` blocks, so a file that is missing or malformed is described the same way
-//! wherever it is named.
+//! `tls:` blocks, so that what is wrong with a file that is missing or malformed is said
+//! the same way wherever it is named.
 
 use std::path::Path;
 

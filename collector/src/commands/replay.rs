@@ -23,7 +23,6 @@ pub fn run(configs: &[String], args: Args) -> anyhow::Result<()> {
         bail!("replay needs the config whose exporters send the files: --config FILE");
     }
     let config = super::run::load(configs)?;
-    let registry = crate::components::registry()?;
     let exporter = args
         .exporter
         .as_deref()
@@ -39,7 +38,7 @@ pub fn run(configs: &[String], args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    let reports = runtime.block_on(replay(&config, &registry, &Telemetry::new(), &request))?;
+    let reports = runtime.block_on(replay(&config, &Telemetry::new(), &request))?;
     let mut unfinished = Vec::new();
     for (id, outcome) in reports {
         let report = match outcome {

@@ -197,7 +197,6 @@ pub fn run(configs: &[String], feature_gates: &[String]) -> anyhow::Result<()> {
             }
             None => None,
         };
-        let registry = crate::components::registry()?;
         let signal_stop = stop.clone();
         tokio::spawn(async move {
             termination().await;
@@ -206,7 +205,6 @@ pub fn run(configs: &[String], feature_gates: &[String]) -> anyhow::Result<()> {
         });
         let result = service::run(
             config,
-            &registry,
             telemetry,
             Status::new(),
             stop.clone(),

@@ -292,20 +292,24 @@ impl Registry {
             Kind::Exporter => self.exporters.get(type_name).map(|f| f.parse(value)),
             Kind::Extension => self.extensions.get(type_name).map(|f| f.parse(value)),
         };
-        found.unwrap_or_else(|| {
-            let known = self.known(kind).join(", ");
-            let message = match self.hints.get(&(kind, type_name)) {
-                Some(hint) => format!(
-                    "unknown {kind} type {type_name:?}, which profcol does not have: {hint}; known {kind} types: {known}",
-                    kind = kind.as_str()
-                ),
-                None => format!(
-                    "unknown {} type {type_name:?}; known types: {known}",
-                    kind.as_str()
-                ),
-            };
-            Err(vec![ConfigError::new("", message)])
-        })
+        found.unwrap_or_else(|| Err(vec![self.unknown_type(kind, type_name)]))
+    }
+
+    /// The error for a type no factory of `kind` has, with what is known and, for a type
+    /// of otelcol-contrib's, what to use instead.
+    pub(crate) fn unknown_type(&self, kind: Kind, type_name: &str) -> ConfigError {
+        let known = self.known(kind).join(", ");
+        let message = match self.hints.get(&(kind, type_name)) {
+            Some(hint) => format!(
+                "unknown {kind} type {type_name:?}, which profcol does not have: {hint}; known {kind} types: {known}",
+                kind = kind.as_str()
+            ),
+            None => format!(
+                "unknown {} type {type_name:?}; known types: {known}",
+                kind.as_str()
+            ),
+        };
+        ConfigError::new("", message)
     }
 }
 

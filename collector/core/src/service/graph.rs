@@ -26,14 +26,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::load::CollectorConfig;
+use super::load::{CollectorConfig, Node, node};
 use super::pipeline::{Panicked, Stage, run_pipeline};
 use super::run::{ServiceError, ServiceOptions, label, spawn_component};
 use super::status::{ComponentStatus, Status};
 use crate::component::{
     BuildError, ComponentId, CreateContext, Exporter, Extension, ExtensionContext, Host, Kind,
-    ParsedConfig, ProcessorCreateContext, Receiver, ReceiverContext, ReceiverOutput, Registry,
-    ServiceGraph, Started, output::Entrance,
+    ProcessorCreateContext, Receiver, ReceiverContext, ReceiverOutput, ServiceGraph, Started,
+    output::Entrance,
 };
 use crate::exporterhelper::{
     CatchUnwind, ExporterHandle, ExporterHelperSettings, OfflineCounters, OfflineSettings,
@@ -83,13 +83,14 @@ pub struct Graph {
     receivers: Vec<ReceiverNode>,
 }
 
-/// The parsed config of `id`: `load` checked that every listed id is defined.
-fn config_of<'c>(
-    config: &'c CollectorConfig,
+/// The node of `id`: `load` checked that every id the service and the pipelines list is
+/// one.
+fn node_of<'c, F: ?Sized>(
     kind: Kind,
+    nodes: &'c [Node<F>],
     id: &ComponentId,
-) -> Result<&'c ParsedConfig, BuildError> {
-    config.config_of(kind, id).ok_or_else(|| {
+) -> Result<&'c Node<F>, BuildError> {
+    node(nodes, id).ok_or_else(|| {
         BuildError::new(
             id,
             format!(
@@ -101,22 +102,10 @@ fn config_of<'c>(
     })
 }
 
-fn no_factory(kind: Kind, id: &ComponentId) -> BuildError {
-    BuildError::new(
-        id,
-        format!(
-            "no {} factory of type {:?} is registered",
-            kind.as_str(),
-            id.type_name()
-        ),
-    )
-}
-
 impl Graph {
     /// Makes every component of `config`, in the order they will start.
     pub fn build(
         config: &CollectorConfig,
-        registry: &Registry,
         telemetry: &Telemetry,
         options: ServiceOptions,
     ) -> Result<Graph, BuildError> {
@@ -132,10 +121,10 @@ impl Graph {
             pipelines: Vec::new(),
             receivers: Vec::new(),
         };
-        let host = graph.build_extensions(config, registry, Host::default())?;
-        graph.build_exporters(config, registry, &host)?;
-        graph.build_pipelines(config, registry, &host)?;
-        graph.build_receivers(config, registry, &host)?;
+        let host = graph.build_extensions(config, Host::default())?;
+        graph.build_exporters(config, &host)?;
+        graph.build_pipelines(config, &host)?;
+        graph.build_receivers(config, &host)?;
         Ok(graph)
     }
 
@@ -144,22 +133,17 @@ impl Graph {
     fn build_extensions(
         &mut self,
         config: &CollectorConfig,
-        registry: &Registry,
         host: Host,
     ) -> Result<Host, BuildError> {
         let mut storage = Vec::new();
         for id in &config.service_extensions {
-            let parsed = config_of(config, Kind::Extension, id)?;
-            let factory = registry
-                .extensions
-                .get(id.type_name())
-                .ok_or_else(|| no_factory(Kind::Extension, id))?;
+            let node = node_of(Kind::Extension, &config.extensions, id)?;
             let ctx = CreateContext {
                 id: id.clone(),
                 telemetry: self.telemetry.clone(),
                 host: host.clone(),
             };
-            let extension = factory.create(parsed, &ctx)?;
+            let extension = node.factory.create(&node.config, &ctx)?;
             if let Some(dir) = extension.storage_directory() {
                 storage.push((id.clone(), dir));
             }
@@ -172,27 +156,18 @@ impl Graph {
     }
 
     /// One exporter per id that some pipeline uses.
-    fn build_exporters(
-        &mut self,
-        config: &CollectorConfig,
-        registry: &Registry,
-        host: &Host,
-    ) -> Result<(), BuildError> {
+    fn build_exporters(&mut self, config: &CollectorConfig, host: &Host) -> Result<(), BuildError> {
         for id in config.pipelines.iter().flat_map(|p| &p.exporters) {
             if self.exporters.iter().any(|(e, _)| e == id) {
                 continue;
             }
-            let parsed = config_of(config, Kind::Exporter, id)?;
-            let factory = registry
-                .exporters
-                .get(id.type_name())
-                .ok_or_else(|| no_factory(Kind::Exporter, id))?;
+            let node = node_of(Kind::Exporter, &config.exporters, id)?;
             let ctx = CreateContext {
                 id: id.clone(),
                 telemetry: self.telemetry.clone(),
                 host: host.clone(),
             };
-            let settings = factory.helper_settings(parsed);
+            let settings = node.factory.helper_settings(&node.config);
             if let Some(dir) = &settings.offline.directory {
                 let shared = self
                     .exporters
@@ -224,7 +199,7 @@ impl Graph {
                 }
                 _ => None,
             };
-            let exporter: Arc<dyn Exporter> = Arc::from(factory.create(parsed, &ctx)?);
+            let exporter: Arc<dyn Exporter> = Arc::from(node.factory.create(&node.config, &ctx)?);
             self.exporters.push((
                 id.clone(),
                 ExporterNode {
@@ -238,20 +213,11 @@ impl Graph {
     }
 
     /// Each pipeline's processors, in order.
-    fn build_pipelines(
-        &mut self,
-        config: &CollectorConfig,
-        registry: &Registry,
-        host: &Host,
-    ) -> Result<(), BuildError> {
+    fn build_pipelines(&mut self, config: &CollectorConfig, host: &Host) -> Result<(), BuildError> {
         for pipeline in &config.pipelines {
             let mut chain = Vec::new();
             for id in &pipeline.processors {
-                let parsed = config_of(config, Kind::Processor, id)?;
-                let factory = registry
-                    .processors
-                    .get(id.type_name())
-                    .ok_or_else(|| no_factory(Kind::Processor, id))?;
+                let node = node_of(Kind::Processor, &config.processors, id)?;
                 let ctx = ProcessorCreateContext {
                     base: CreateContext {
                         id: id.clone(),
@@ -262,7 +228,7 @@ impl Graph {
                 };
                 chain.push(Stage {
                     id: id.clone(),
-                    processor: factory.create(parsed, &ctx)?,
+                    processor: node.factory.create(&node.config, &ctx)?,
                     counters: ProcessorCounters::new(
                         &self.telemetry,
                         &id.to_string(),
@@ -281,21 +247,12 @@ impl Graph {
     }
 
     /// One receiver per id, feeding every pipeline that lists it.
-    fn build_receivers(
-        &mut self,
-        config: &CollectorConfig,
-        registry: &Registry,
-        host: &Host,
-    ) -> Result<(), BuildError> {
+    fn build_receivers(&mut self, config: &CollectorConfig, host: &Host) -> Result<(), BuildError> {
         for id in config.pipelines.iter().flat_map(|p| &p.receivers) {
             if self.receivers.iter().any(|r| &r.id == id) {
                 continue;
             }
-            let parsed = config_of(config, Kind::Receiver, id)?;
-            let factory = registry
-                .receivers
-                .get(id.type_name())
-                .ok_or_else(|| no_factory(Kind::Receiver, id))?;
+            let node = node_of(Kind::Receiver, &config.receivers, id)?;
             let ctx = CreateContext {
                 id: id.clone(),
                 telemetry: self.telemetry.clone(),
@@ -303,7 +260,7 @@ impl Graph {
             };
             self.receivers.push(ReceiverNode {
                 id: id.clone(),
-                receiver: factory.create(parsed, &ctx)?,
+                receiver: node.factory.create(&node.config, &ctx)?,
                 pipelines: config
                     .pipelines
                     .iter()

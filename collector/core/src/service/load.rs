@@ -1,10 +1,17 @@
 //! From YAML text to a checked collector config: files merged, env expanded, envelope
-//! parsed, every component config parsed by its factory, and the pipelines checked
-//! against what is defined. Every error is reported at once, in file order.
+//! parsed, every component resolved once into a [`Node`] (its id, its type's factory and
+//! its config as that factory checked it), and the pipelines checked against what is
+//! defined. Every error is reported at once, in file order.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_yaml_ng::{Mapping, Value};
 
-use crate::component::{ComponentId, Kind, ParsedConfig, PipelineId, Registry};
+use crate::component::{
+    ComponentId, ErasedExporterFactory, ErasedExtensionFactory, ErasedProcessorFactory,
+    ErasedReceiverFactory, Kind, ParsedConfig, PipelineId, Registry,
+};
 use crate::config::{
     ConfigError, ConfigErrors, PipelineConfig, RawConfig, TelemetryConfig, expand_env,
     merge_values, parse_yaml,
@@ -19,31 +26,42 @@ pub struct Pipeline {
     pub exporters: Vec<ComponentId>,
 }
 
+/// One component of the config, resolved once when it loads: its id, the factory of its
+/// type and its checked config.
+pub struct Node<F: ?Sized> {
+    pub id: ComponentId,
+    pub factory: Arc<F>,
+    pub config: ParsedConfig,
+}
+
+impl<F: ?Sized> Clone for Node<F> {
+    fn clone(&self) -> Self {
+        Node {
+            id: self.id.clone(),
+            factory: Arc::clone(&self.factory),
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The node of `id` among `nodes`.
+pub fn node<'c, F: ?Sized>(nodes: &'c [Node<F>], id: &ComponentId) -> Option<&'c Node<F>> {
+    nodes.iter().find(|n| &n.id == id)
+}
+
 /// A config that parsed, passed every component's check and hangs together.
 #[derive(Clone)]
 pub struct CollectorConfig {
-    pub receivers: Vec<(ComponentId, ParsedConfig)>,
-    pub processors: Vec<(ComponentId, ParsedConfig)>,
-    pub exporters: Vec<(ComponentId, ParsedConfig)>,
-    pub extensions: Vec<(ComponentId, ParsedConfig)>,
+    pub receivers: Vec<Node<dyn ErasedReceiverFactory>>,
+    pub processors: Vec<Node<dyn ErasedProcessorFactory>>,
+    pub exporters: Vec<Node<dyn ErasedExporterFactory>>,
+    pub extensions: Vec<Node<dyn ErasedExtensionFactory>>,
     /// Extensions to run (`service.extensions`), in order.
     pub service_extensions: Vec<ComponentId>,
     pub pipelines: Vec<Pipeline>,
     pub telemetry: TelemetryConfig,
     /// Things worth saying that do not stop the collector (components defined but unused).
     pub warnings: Vec<String>,
-}
-
-impl CollectorConfig {
-    pub(crate) fn config_of(&self, kind: Kind, id: &ComponentId) -> Option<&ParsedConfig> {
-        let list = match kind {
-            Kind::Receiver => &self.receivers,
-            Kind::Processor => &self.processors,
-            Kind::Exporter => &self.exporters,
-            Kind::Extension => &self.extensions,
-        };
-        list.iter().find(|(i, _)| i == id).map(|(_, c)| c)
-    }
 }
 
 fn key_text(k: &Value) -> String {
@@ -86,10 +104,38 @@ pub fn load(
     let Some(raw) = raw else {
         return Err(ConfigErrors(errors));
     };
-    let receivers = parse_section(registry, Kind::Receiver, &raw.receivers, &mut errors);
-    let processors = parse_section(registry, Kind::Processor, &raw.processors, &mut errors);
-    let exporters = parse_section(registry, Kind::Exporter, &raw.exporters, &mut errors);
-    let extensions = parse_section(registry, Kind::Extension, &raw.extensions, &mut errors);
+    let receivers = parse_section(
+        registry,
+        Kind::Receiver,
+        &registry.receivers,
+        &raw.receivers,
+        |f, v| f.parse(v),
+        &mut errors,
+    );
+    let processors = parse_section(
+        registry,
+        Kind::Processor,
+        &registry.processors,
+        &raw.processors,
+        |f, v| f.parse(v),
+        &mut errors,
+    );
+    let exporters = parse_section(
+        registry,
+        Kind::Exporter,
+        &registry.exporters,
+        &raw.exporters,
+        |f, v| f.parse(v),
+        &mut errors,
+    );
+    let extensions = parse_section(
+        registry,
+        Kind::Extension,
+        &registry.extensions,
+        &raw.extensions,
+        |f, v| f.parse(v),
+        &mut errors,
+    );
     if envelope_failed {
         // What the service section says cannot be trusted past its own errors.
         return Err(ConfigErrors(errors));
@@ -101,14 +147,18 @@ pub fn load(
         ));
     }
 
-    let defined = |list: &[(ComponentId, Option<ParsedConfig>)], id: &ComponentId| {
-        list.iter().any(|(i, _)| i == id)
-    };
+    // Every id defined in each section, its config right or wrong.
+    let (receiver_ids, processor_ids, exporter_ids, extension_ids) = (
+        defined(&receivers),
+        defined(&processors),
+        defined(&exporters),
+        defined(&extensions),
+    );
     let mut service_extensions = Vec::new();
     for (i, text) in raw.service.extensions.iter().enumerate() {
         let path = format!("service::extensions[{i}]");
         match ComponentId::parse(text) {
-            Ok(id) if defined(&extensions, &id) => service_extensions.push(id),
+            Ok(id) if extension_ids.contains(&id) => service_extensions.push(id),
             Ok(id) => errors.push(ConfigError::new(
                 path,
                 format!("references extension \"{id}\", which is not defined under extensions"),
@@ -141,10 +191,7 @@ pub fn load(
                 continue;
             }
         };
-        let mut resolve = |list: &[String],
-                           section: &str,
-                           pool: &[(ComponentId, Option<ParsedConfig>)],
-                           kind: Kind| {
+        let mut resolve = |list: &[String], section: &str, pool: &[ComponentId], kind: Kind| {
             let mut ids: Vec<ComponentId> = Vec::new();
             for (i, text) in list.iter().enumerate() {
                 let at = format!("{path}::{section}[{i}]");
@@ -152,7 +199,7 @@ pub fn load(
                     Ok(id) if ids.contains(&id) => {
                         errors.push(ConfigError::new(at, format!("{id} is listed twice")))
                     }
-                    Ok(id) if defined(pool, &id) => ids.push(id),
+                    Ok(id) if pool.contains(&id) => ids.push(id),
                     Ok(id) => errors.push(ConfigError::new(
                         at,
                         format!(
@@ -168,14 +215,24 @@ pub fn load(
             ids
         };
         let pipeline = Pipeline {
-            receivers: resolve(&config.receivers, "receivers", &receivers, Kind::Receiver),
+            receivers: resolve(
+                &config.receivers,
+                "receivers",
+                &receiver_ids,
+                Kind::Receiver,
+            ),
             processors: resolve(
                 &config.processors,
                 "processors",
-                &processors,
+                &processor_ids,
                 Kind::Processor,
             ),
-            exporters: resolve(&config.exporters, "exporters", &exporters, Kind::Exporter),
+            exporters: resolve(
+                &config.exporters,
+                "exporters",
+                &exporter_ids,
+                Kind::Exporter,
+            ),
             id,
         };
         if config.receivers.is_empty() {
@@ -195,11 +252,11 @@ pub fn load(
 
     let mut warnings = Vec::new();
     for (kind, list) in [
-        (Kind::Receiver, &receivers),
-        (Kind::Processor, &processors),
-        (Kind::Exporter, &exporters),
+        (Kind::Receiver, &receiver_ids),
+        (Kind::Processor, &processor_ids),
+        (Kind::Exporter, &exporter_ids),
     ] {
-        for (id, _) in list.iter() {
+        for id in list.iter() {
             let used = pipelines.iter().any(|p| match kind {
                 Kind::Receiver => p.receivers.contains(id),
                 Kind::Processor => p.processors.contains(id),
@@ -213,7 +270,7 @@ pub fn load(
             }
         }
     }
-    for (id, _) in &extensions {
+    for id in &extension_ids {
         if !service_extensions.contains(id) {
             warnings.push(format!(
                 "extension {id} is defined but not listed in service::extensions"
@@ -227,16 +284,11 @@ pub fn load(
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
-    let keep = |list: Vec<(ComponentId, Option<ParsedConfig>)>| {
-        list.into_iter()
-            .filter_map(|(id, c)| c.map(|c| (id, c)))
-            .collect()
-    };
     Ok(CollectorConfig {
-        receivers: keep(receivers),
-        processors: keep(processors),
-        exporters: keep(exporters),
-        extensions: keep(extensions),
+        receivers: nodes(receivers),
+        processors: nodes(processors),
+        exporters: nodes(exporters),
+        extensions: nodes(extensions),
         service_extensions,
         pipelines,
         telemetry: raw.service.telemetry,
@@ -244,14 +296,30 @@ pub fn load(
     })
 }
 
-/// Parses one section. An entry whose config is wrong stays in the list (as None) so
-/// that pipelines naming it do not also report "not defined".
-fn parse_section(
+/// A component defined in a section, with its node unless its config is wrong.
+type Entry<F> = (ComponentId, Option<Node<F>>);
+
+/// The ids a section defines, their configs right or wrong.
+fn defined<F: ?Sized>(entries: &[Entry<F>]) -> Vec<ComponentId> {
+    entries.iter().map(|(id, _)| id.clone()).collect()
+}
+
+/// The nodes of a section that loaded without an error.
+fn nodes<F: ?Sized>(entries: Vec<Entry<F>>) -> Vec<Node<F>> {
+    entries.into_iter().filter_map(|(_, node)| node).collect()
+}
+
+/// Parses one section with the factories of its kind. An entry whose config is wrong
+/// stays in the list (without a node) so that pipelines naming it do not also report
+/// "not defined".
+fn parse_section<F: ?Sized>(
     registry: &Registry,
     kind: Kind,
+    factories: &BTreeMap<&'static str, Arc<F>>,
     section: &Mapping,
+    parse: impl Fn(&F, &Value) -> Result<ParsedConfig, Vec<ConfigError>>,
     errors: &mut Vec<ConfigError>,
-) -> Vec<(ComponentId, Option<ParsedConfig>)> {
+) -> Vec<Entry<F>> {
     let mut out = Vec::new();
     for (key, value) in section {
         let text = key_text(key);
@@ -263,8 +331,16 @@ fn parse_section(
                 continue;
             }
         };
-        match registry.parse(kind, id.type_name(), value) {
-            Ok(c) => out.push((id, Some(c))),
+        let parsed = match factories.get(id.type_name()) {
+            None => Err(vec![registry.unknown_type(kind, id.type_name())]),
+            Some(factory) => parse(factory, value).map(|config| Node {
+                id: id.clone(),
+                factory: Arc::clone(factory),
+                config,
+            }),
+        };
+        match parsed {
+            Ok(node) => out.push((id, Some(node))),
             Err(es) => {
                 errors.extend(es.into_iter().map(|e| e.under(&path)));
                 out.push((id, None));

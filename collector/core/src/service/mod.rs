@@ -11,7 +11,7 @@ mod status;
 #[cfg(test)]
 pub(crate) use graph::open_offline as open_offline_for_test;
 pub use graph::{Graph, Running};
-pub use load::{CollectorConfig, Pipeline, load};
+pub use load::{CollectorConfig, Node, Pipeline, load};
 pub use replay::{ReplayError, ReplayOutcome, ReplayRequest, replay};
 pub use run::{ServiceError, ServiceOptions, run};
 pub use status::{ComponentStatus, Status};
@@ -42,11 +42,10 @@ mod tests {
         let config = load_yaml(yaml).expect("valid config");
         let telemetry = Telemetry::new();
         let stop = CancellationToken::new();
-        let reg = registry();
         let service = {
             let (t, s) = (telemetry.clone(), stop.clone());
             tokio::spawn(async move {
-                run(config, &reg, t, Status::new(), s, ServiceOptions::default()).await
+                run(config, t, Status::new(), s, ServiceOptions::default()).await
             })
         };
         let samples = |name: &str| {
@@ -207,11 +206,11 @@ service:
             shutdown_timeout: Duration::from_millis(300),
             ..ServiceOptions::default()
         };
-        let reg = registry();
         let s = stop.clone();
-        let service = tokio::spawn(async move {
-            run(config, &reg, Telemetry::new(), Status::new(), s, options).await
-        });
+        let service =
+            tokio::spawn(
+                async move { run(config, Telemetry::new(), Status::new(), s, options).await },
+            );
         tokio::time::sleep(Duration::from_millis(200)).await;
         stop.cancel();
         tokio::time::timeout(Duration::from_secs(2), service)
@@ -239,16 +238,7 @@ service:
         let stop = CancellationToken::new();
         let (s, st) = (stop.clone(), status.clone());
         let service = tokio::spawn(async move {
-            let reg = registry();
-            run(
-                config,
-                &reg,
-                Telemetry::new(),
-                st,
-                s,
-                ServiceOptions::default(),
-            )
-            .await
+            run(config, Telemetry::new(), st, s, ServiceOptions::default()).await
         });
         tokio::time::sleep(wait).await;
         let ready = status.ready_since().is_some();
@@ -562,7 +552,6 @@ service:
             Duration::from_secs(5),
             run(
                 config,
-                &reg,
                 telemetry.clone(),
                 status.clone(),
                 CancellationToken::new(),
@@ -633,10 +622,7 @@ service:
         let stop = CancellationToken::new();
         let service = {
             let (t, st, s) = (telemetry.clone(), status.clone(), stop.clone());
-            tokio::spawn(async move {
-                let reg = panicking::registry();
-                run(config, &reg, t, st, s, ServiceOptions::default()).await
-            })
+            tokio::spawn(async move { run(config, t, st, s, ServiceOptions::default()).await })
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while panicking::PANIC_SINK_SAMPLES.load(Ordering::SeqCst) < 9
@@ -692,7 +678,6 @@ service:
             Duration::from_secs(5),
             run(
                 config,
-                &reg,
                 telemetry.clone(),
                 status.clone(),
                 CancellationToken::new(),
@@ -735,13 +720,8 @@ service:
 "#,
     )
     .expect("valid config");
-        let graph = Graph::build(
-            &config,
-            &registry(),
-            &Telemetry::new(),
-            ServiceOptions::default(),
-        )
-        .expect("builds");
+        let graph =
+            Graph::build(&config, &Telemetry::new(), ServiceOptions::default()).expect("builds");
         assert_eq!(
             graph.components(),
             [
@@ -801,7 +781,6 @@ service:
         let telemetry = Telemetry::new();
         let result = run(
             config,
-            &reg,
             telemetry.clone(),
             status.clone(),
             CancellationToken::new(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::graph::open_offline;
 use super::load::CollectorConfig;
-use crate::component::{BuildError, ComponentId, CreateContext, Registry};
+use crate::component::{BuildError, ComponentId, CreateContext};
 use crate::exporterhelper::{
     ExporterHandle, OfflineSettings, QueueSettings, ReplayReport, panic_counter,
 };
@@ -39,14 +39,13 @@ pub type ReplayOutcome = Result<ReplayReport, ReplayError>;
 /// cannot start does not keep the others from sending).
 pub async fn replay(
     config: &CollectorConfig,
-    registry: &Registry,
     telemetry: &Telemetry,
     request: &ReplayRequest,
 ) -> Result<Vec<(ComponentId, ReplayOutcome)>, ReplayError> {
-    let targets = choose(config, registry, request)?;
+    let targets = choose(config, request)?;
     let mut reports = Vec::new();
     for (id, dir) in targets {
-        let outcome = replay_one(config, registry, telemetry, &id, &dir).await;
+        let outcome = replay_one(config, telemetry, &id, &dir).await;
         reports.push((id, outcome));
     }
     Ok(reports)
@@ -55,7 +54,6 @@ pub async fn replay(
 /// The exporters that pipelines use, each with the folder to replay into it.
 fn choose(
     config: &CollectorConfig,
-    registry: &Registry,
     request: &ReplayRequest,
 ) -> Result<Vec<(ComponentId, PathBuf)>, ReplayError> {
     let mut used: Vec<&ComponentId> = Vec::new();
@@ -65,9 +63,8 @@ fn choose(
         }
     }
     let offline_dir = |id: &ComponentId| -> Option<PathBuf> {
-        let parsed = config.config_of(crate::component::Kind::Exporter, id)?;
-        let factory = registry.exporters.get(id.type_name())?;
-        factory.helper_settings(parsed).offline.directory
+        let node = super::load::node(&config.exporters, id)?;
+        node.factory.helper_settings(&node.config).offline.directory
     };
     let known = |id: &ComponentId| -> Result<(), ReplayError> {
         if used.contains(&id) {
@@ -120,7 +117,6 @@ fn choose(
 
 async fn replay_one(
     config: &CollectorConfig,
-    registry: &Registry,
     telemetry: &Telemetry,
     id: &ComponentId,
     dir: &Path,
@@ -131,13 +127,8 @@ async fn replay_one(
             dir.display()
         )));
     }
-    let parsed = config
-        .config_of(crate::component::Kind::Exporter, id)
+    let node = super::load::node(&config.exporters, id)
         .ok_or_else(|| BuildError::new(id, "not defined under exporters"))?;
-    let factory = registry
-        .exporters
-        .get(id.type_name())
-        .ok_or_else(|| BuildError::new(id, "no exporter of this type in this binary"))?;
     let ctx = CreateContext {
         id: id.clone(),
         telemetry: telemetry.clone(),
@@ -145,7 +136,7 @@ async fn replay_one(
     };
     // Each file is sent and answered before it is removed: no queue in between, and the
     // folder is read, not written to.
-    let mut settings = factory.helper_settings(parsed);
+    let mut settings = node.factory.helper_settings(&node.config);
     settings.queue = QueueSettings {
         enabled: false,
         ..QueueSettings::default()
@@ -157,7 +148,8 @@ async fn replay_one(
     };
     let store =
         open_offline(&settings.offline, telemetry, id).map_err(|e| BuildError::new(id, e))?;
-    let exporter: Arc<dyn crate::component::Exporter> = Arc::from(factory.create(parsed, &ctx)?);
+    let exporter: Arc<dyn crate::component::Exporter> =
+        Arc::from(node.factory.create(&node.config, &ctx)?);
     exporter
         .start()
         .map_err(|e| BuildError::caused_by(id, "cannot start", e))?;

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::graph::Graph;
 use super::load::CollectorConfig;
 use super::status::{ComponentStatus, Status};
-use crate::component::{BuildError, ComponentError, ComponentId, Kind, Registry};
+use crate::component::{BuildError, ComponentError, ComponentId, Kind};
 use crate::exporterhelper::{CatchUnwind, panic_counter};
 use crate::telemetry::Telemetry;
 
@@ -47,14 +47,13 @@ pub(super) fn label(kind: Kind, id: &ComponentId) -> String {
 /// builds the graph, starts it, and shuts it down within `options.shutdown_timeout`.
 pub async fn run(
     config: CollectorConfig,
-    registry: &Registry,
     telemetry: Telemetry,
     status: Status,
     shutdown: CancellationToken,
     options: ServiceOptions,
 ) -> Result<(), ServiceError> {
     let shutdown_timeout = options.shutdown_timeout;
-    let graph = Graph::build(&config, registry, &telemetry, options)?;
+    let graph = Graph::build(&config, &telemetry, options)?;
     let mut running = graph.start(&status).await?;
     let failure = running.until_stopped(&shutdown).await;
     running

@@ -305,11 +305,10 @@ impl Conformance {
         let telemetry = Telemetry::new();
         let stop = CancellationToken::new();
         let run = tokio::spawn({
-            let (registry, telemetry, stop) = (registry.clone(), telemetry.clone(), stop.clone());
+            let (telemetry, stop) = (telemetry.clone(), stop.clone());
             async move {
                 crate::service::run(
                     config,
-                    &registry,
                     telemetry,
                     Status::new(),
                     stop,

@@ -1161,7 +1161,6 @@ service:
             runtime.spawn(async move {
                 profcol_core::service::run(
                     config,
-                    &registry,
                     Telemetry::new(),
                     Status::new(),
                     stop,

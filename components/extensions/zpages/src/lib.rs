@@ -287,7 +287,6 @@ service:
             tokio::spawn(async move {
                 profcol_core::service::run(
                     config,
-                    &registry,
                     Telemetry::new(),
                     status,
                     stop,

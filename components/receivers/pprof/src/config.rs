@@ -468,7 +468,7 @@ pub(crate) fn parse_base_url(endpoint: &str) -> Result<Uri, &'static str> {
 
 /// `endpoint` with what stands before an `@` in its authority replaced by `***`, so that
 /// an error never repeats a password.
-fn without_user_info(endpoint: &str) -> String {
+pub(crate) fn without_user_info(endpoint: &str) -> String {
     let after_scheme = endpoint.find("://").map_or(0, |i| i + 3);
     let authority_end = endpoint[after_scheme..]
         .find(['/', '?', '#'])

@@ -27,7 +27,7 @@ use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ProfileKind, RemoteConfig};
+use crate::config::{ProfileKind, RemoteConfig, without_user_info};
 use crate::delta::{self, DeltaState};
 use crate::{SCOPE_SCRAPE, SCRAPE_FAILURES_METRIC, scope, string_kv};
 use profcol_core::component::Intake;
@@ -99,7 +99,7 @@ pub(crate) fn jobs(config: &RemoteConfig) -> Result<Vec<Job>, ConfigError> {
             let url: Uri = url.parse().map_err(|e| {
                 ConfigError::new(
                     format!("remote::targets[{i}]::endpoint"),
-                    format!("{url:?} is not a valid URL: {e}"),
+                    format!("{:?} is not a valid URL: {e}", without_user_info(&url)),
                 )
             })?;
             jobs.push(Job {

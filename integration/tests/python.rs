@@ -115,6 +115,18 @@ fn samples_of<'a>(all: &'a [Resolved], run: &Run, thread: &str) -> Vec<&'a Resol
         .collect()
 }
 
+/// When the profiler first walked `run`'s Python frames. Samples before it carry a
+/// stack copy and native frames only: the process was new and its tables not built (the
+/// short-process test covers those).
+fn python_known_from(all: &[Resolved], run: &Run) -> Option<u64> {
+    let pid = run.pid.to_string();
+    all.iter()
+        .filter(|s| s.resource.get("process.pid") == Some(&pid))
+        .filter(|s| s.frame_types.iter().any(|k| k == "cpython"))
+        .flat_map(|s| s.timestamps.iter().copied())
+        .min()
+}
+
 /// The Python frames of a sample, leaf first: (function, file, line).
 fn python_frames(s: &Resolved) -> Vec<(&str, &str, i64)> {
     s.frames
@@ -140,9 +152,16 @@ fn shows(s: &Resolved, chain: &[(&str, &[i64])]) -> bool {
             })
 }
 
-fn describe(samples: &[&Resolved]) -> String {
-    let mut stacks: HashMap<String, u64> = HashMap::new();
-    for s in samples {
+/// The stacks of the samples that `good` refuses, most frequent first, each with how
+/// many milliseconds after the first sample it first came.
+fn describe(samples: &[&Resolved], good: impl Fn(&Resolved) -> bool) -> String {
+    let first = samples
+        .iter()
+        .flat_map(|s| s.timestamps.iter().copied())
+        .min()
+        .unwrap_or(0);
+    let mut stacks: HashMap<String, (u64, u64)> = HashMap::new();
+    for s in samples.iter().filter(|s| !good(s)) {
         let frames: Vec<String> = s
             .frames
             .iter()
@@ -151,13 +170,20 @@ fn describe(samples: &[&Resolved]) -> String {
             .take(12)
             .map(|((n, (_, l)), k)| format!("{n}:{l}[{k}]"))
             .collect();
-        *stacks.entry(frames.join(" < ")).or_default() += s.count;
+        let at = s
+            .timestamps
+            .iter()
+            .min()
+            .map_or(0, |t| t.saturating_sub(first));
+        let entry = stacks.entry(frames.join(" < ")).or_insert((0, u64::MAX));
+        entry.0 += s.count;
+        entry.1 = entry.1.min(at / 1_000_000);
     }
     let mut list: Vec<_> = stacks.into_iter().collect();
-    list.sort_by_key(|entry| std::cmp::Reverse(entry.1));
+    list.sort_by_key(|entry| std::cmp::Reverse(entry.1.0));
     list.iter()
         .take(8)
-        .map(|(s, n)| format!("  {n} × {s}"))
+        .map(|(s, (n, ms))| format!("  {n} × (from +{ms} ms) {s}"))
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -197,6 +223,20 @@ fn every_cpython_shows_its_functions_files_and_lines_mixed_with_native_frames() 
     let generator = [line_of("generator_body"), line_of("generator")];
     let consumer = [line_of("gen_consumer")];
     for (label, run) in &runs {
+        let known = python_known_from(&all, run)
+            .unwrap_or_else(|| panic!("{label}: no sample has Python frames"));
+        let late_ms = known.saturating_sub(run.from) / 1_000_000;
+        eprintln!("{label}: Python frames {late_ms} ms into the window");
+        assert!(
+            late_ms < 1000,
+            "{label}: Python frames came {late_ms} ms after the workload ran"
+        );
+        let samples_of = |thread| -> Vec<&Resolved> {
+            samples_of(&all, run, thread)
+                .into_iter()
+                .filter(|s| s.timestamps.iter().all(|&t| t >= known))
+                .collect()
+        };
         let minor: u32 = label.rsplit('.').next().unwrap().parse().unwrap();
         // Qualified names from 3.11 (co_qualname); before, the bare name.
         let method_name = if minor >= 11 {
@@ -212,32 +252,34 @@ fn every_cpython_shows_its_functions_files_and_lines_mixed_with_native_frames() 
             ("main", &main),
             ("<module>", &module),
         ];
-        let main_samples = samples_of(&all, run, "main");
-        let (good, total) = share(&main_samples, |s| shows(s, &main_chain));
+        let main_samples = samples_of("main");
+        let whole = |s: &Resolved| shows(s, &main_chain);
+        let (good, total) = share(&main_samples, whole);
         eprintln!("{label}: main thread {good} of {total} samples whole");
         assert!(total >= 50, "{label}: {total} samples of the main thread");
         assert!(
             good as f64 >= total as f64 * 0.95,
             "{label}: {good} of {total} main-thread samples show the chain; they were:\n{}",
-            describe(&main_samples)
+            describe(&main_samples, whole)
         );
 
         let gen_chain: [(&str, &[i64]); 2] =
             [("generator", &generator), ("gen_consumer", &consumer)];
-        let gen_samples = samples_of(&all, run, "gen");
-        let (good, total) = share(&gen_samples, |s| shows(s, &gen_chain));
+        let gen_samples = samples_of("gen");
+        let whole = |s: &Resolved| shows(s, &gen_chain);
+        let (good, total) = share(&gen_samples, whole);
         eprintln!("{label}: generator thread {good} of {total} samples whole");
         assert!(
             total >= 20 && good as f64 >= total as f64 * 0.95,
             "{label}: {good} of {total} generator-thread samples show it; they were:\n{}",
-            describe(&gen_samples)
+            describe(&gen_samples, whole)
         );
 
         // zlib releases the GIL: its thread's Python frames are found all the same, with
         // the C extension's native frames above the Python caller.
-        let zlib_samples = samples_of(&all, run, "zlib");
+        let zlib_samples = samples_of("zlib");
         let zlib_line = [line_of("zlib_caller")];
-        let (good, total) = share(&zlib_samples, |s| {
+        let under_zlib = |s: &Resolved| {
             let Some(at) = s.frames.iter().position(|f| f == "zlib_caller") else {
                 return false;
             };
@@ -245,12 +287,13 @@ fn every_cpython_shows_its_functions_files_and_lines_mixed_with_native_frames() 
                 && s.frames[..at].iter().zip(&s.frame_types).any(|(f, k)| {
                     k == "native" && (f.starts_with("deflate") || f.contains("zlib_compress"))
                 })
-        });
+        };
+        let (good, total) = share(&zlib_samples, under_zlib);
         eprintln!("{label}: zlib thread {good} of {total} samples under deflate/zlib_compress");
         assert!(
             total >= 20 && good as f64 >= total as f64 * 0.9,
             "{label}: {good} of {total} zlib-thread samples show zlib's native frames above zlib_caller:\n{}",
-            describe(&zlib_samples)
+            describe(&zlib_samples, under_zlib)
         );
 
         let resource = &main_samples[0].resource;
@@ -310,7 +353,8 @@ fn a_short_python_process_is_named_and_disabling_python_keeps_the_evaluator() {
     let all = read_samples(&out);
     let main_samples = samples_of(&all, &short, "main");
     let body = [line_of("chain_c"), line_of("chain_c_body")];
-    let (good, total) = share(&main_samples, |s| shows(s, &[("chain_c", &body)]));
+    let in_chain_c = |s: &Resolved| shows(s, &[("chain_c", &body)]);
+    let (good, total) = share(&main_samples, in_chain_c);
     eprintln!("{label}, 0.6 s: {good} of {total} main-thread samples in chain_c");
     // A process's first samples come before its tables and carry a stack copy instead
     // of Python frames (a fifth of this one's here, more on a loaded machine); those
@@ -320,11 +364,11 @@ fn a_short_python_process_is_named_and_disabling_python_keeps_the_evaluator() {
         .copied()
         .filter(|s| s.frame_types.iter().any(|k| k == "cpython"))
         .collect();
-    let (right, walked) = share(&with_python, |s| shows(s, &[("chain_c", &body)]));
+    let (right, walked) = share(&with_python, in_chain_c);
     assert!(
         good >= 5 && good as f64 >= total as f64 * 0.5 && right as f64 >= walked as f64 * 0.95,
         "{label}: {good} of {total} in chain_c, {right} of {walked} with Python frames:\n{}",
-        describe(&main_samples)
+        describe(&main_samples, in_chain_c)
     );
     assert!(collector.stop().success());
 

@@ -26,7 +26,7 @@ pub use intake::Intake;
 pub use output::{Admission, ReceiverOutput, Refused};
 pub use registry::{
     ErasedExporterFactory, ErasedExtensionFactory, ErasedProcessorFactory, ErasedReceiverFactory,
-    ParsedConfig, Registry,
+    FactoryKind, ParsedConfig, Registry,
 };
 
 use crate::config::{Checked, Compile};

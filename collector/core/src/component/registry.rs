@@ -37,10 +37,33 @@ fn parse_and_check<C: super::ComponentConfig>(
     Ok(ParsedConfig(Arc::new(Checked::check(config)?)))
 }
 
+/// The erased factories of one kind: where the registry keeps them and how one parses
+/// a config, so that loading and listing go through one generic path for all four.
+pub trait FactoryKind: Send + Sync + 'static {
+    const KIND: Kind;
+    fn registered(registry: &Registry) -> &BTreeMap<&'static str, Arc<Self>>;
+    fn parse_config(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>>;
+    fn stability_of(&self) -> Stability;
+}
+
 /// Declares the object-safe twin of a typed factory trait, over [`ParsedConfig`], and
-/// implements it for every typed factory. `$id` names the component id inside `$ctx`.
+/// implements it for every typed factory. `$id` names the component id inside `$ctx`;
+/// the registry keeps these factories in its `$field` as `$kind`.
 macro_rules! erased_factory {
-    ($erased:ident, $typed:ident, $component:ident, $ctx:ty, |$c:ident| $id:expr) => {
+    ($erased:ident, $typed:ident, $component:ident, $ctx:ty, |$c:ident| $id:expr, $kind:ident, $field:ident) => {
+        impl FactoryKind for dyn $erased {
+            const KIND: Kind = Kind::$kind;
+            fn registered(registry: &Registry) -> &BTreeMap<&'static str, Arc<Self>> {
+                &registry.$field
+            }
+            fn parse_config(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
+                self.parse(value)
+            }
+            fn stability_of(&self) -> Stability {
+                self.stability()
+            }
+        }
+
         pub trait $erased: Send + Sync {
             fn type_name(&self) -> &'static str;
             fn stability(&self) -> Stability;
@@ -78,21 +101,27 @@ erased_factory!(
     ReceiverFactory,
     Receiver,
     CreateContext,
-    |ctx| &ctx.id
+    |ctx| &ctx.id,
+    Receiver,
+    receivers
 );
 erased_factory!(
     ErasedProcessorFactory,
     ProcessorFactory,
     Processor,
     ProcessorCreateContext,
-    |ctx| &ctx.base.id
+    |ctx| &ctx.base.id,
+    Processor,
+    processors
 );
 erased_factory!(
     ErasedExtensionFactory,
     ExtensionFactory,
     Extension,
     CreateContext,
-    |ctx| &ctx.id
+    |ctx| &ctx.id,
+    Extension,
+    extensions
 );
 
 /// Exporters also hand the exporter helper its settings, so their twin is written out.
@@ -106,6 +135,19 @@ pub trait ErasedExporterFactory: Send + Sync {
         config: &ParsedConfig,
         ctx: &CreateContext,
     ) -> Result<Box<dyn Exporter>, BuildError>;
+}
+
+impl FactoryKind for dyn ErasedExporterFactory {
+    const KIND: Kind = Kind::Exporter;
+    fn registered(registry: &Registry) -> &BTreeMap<&'static str, Arc<Self>> {
+        &registry.exporters
+    }
+    fn parse_config(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>> {
+        self.parse(value)
+    }
+    fn stability_of(&self) -> Stability {
+        self.stability()
+    }
 }
 
 impl<F: ExporterFactory> ErasedExporterFactory for F {
@@ -246,53 +288,68 @@ impl Registry {
 
     /// (kind, type name, stability) of everything registered, by kind then name.
     pub fn list(&self) -> Vec<(Kind, &'static str, Stability)> {
-        let mut out = Vec::new();
-        out.extend(
-            self.receivers
+        fn of<F: FactoryKind + ?Sized>(
+            r: &Registry,
+        ) -> impl Iterator<Item = (Kind, &'static str, Stability)> + '_ {
+            F::registered(r)
                 .iter()
-                .map(|(n, f)| (Kind::Receiver, *n, f.stability())),
-        );
-        out.extend(
-            self.processors
-                .iter()
-                .map(|(n, f)| (Kind::Processor, *n, f.stability())),
-        );
-        out.extend(
-            self.exporters
-                .iter()
-                .map(|(n, f)| (Kind::Exporter, *n, f.stability())),
-        );
-        out.extend(
-            self.extensions
-                .iter()
-                .map(|(n, f)| (Kind::Extension, *n, f.stability())),
-        );
-        out
+                .map(|(n, f)| (F::KIND, *n, f.stability_of()))
+        }
+        of::<dyn ErasedReceiverFactory>(self)
+            .chain(of::<dyn ErasedProcessorFactory>(self))
+            .chain(of::<dyn ErasedExporterFactory>(self))
+            .chain(of::<dyn ErasedExtensionFactory>(self))
+            .collect()
     }
 
     pub(crate) fn known(&self, kind: Kind) -> Vec<&'static str> {
-        match kind {
-            Kind::Receiver => self.receivers.keys().copied().collect(),
-            Kind::Processor => self.processors.keys().copied().collect(),
-            Kind::Exporter => self.exporters.keys().copied().collect(),
-            Kind::Extension => self.extensions.keys().copied().collect(),
-        }
+        self.list()
+            .into_iter()
+            .filter(|(k, _, _)| *k == kind)
+            .map(|(_, name, _)| name)
+            .collect()
     }
 
-    /// Parses one component's config with its factory; errors name the type if unknown.
+    /// Parses one component's config with the factory of its type, which comes back with
+    /// it; errors name the type if no factory of the kind has it.
+    pub(crate) fn parse_as<F: FactoryKind + ?Sized>(
+        &self,
+        type_name: &str,
+        value: &Value,
+    ) -> Result<(Arc<F>, ParsedConfig), Vec<ConfigError>> {
+        let factory = F::registered(self)
+            .get(type_name)
+            .ok_or_else(|| vec![self.unknown_type(F::KIND, type_name)])?;
+        Ok((Arc::clone(factory), factory.parse_config(value)?))
+    }
+
+    /// [`Registry::parse_as`] for a kind known only at run time (the conformance tests').
+    #[cfg(any(test, feature = "testkit"))]
     pub(crate) fn parse(
         &self,
         kind: Kind,
         type_name: &str,
         value: &Value,
     ) -> Result<ParsedConfig, Vec<ConfigError>> {
-        let found = match kind {
-            Kind::Receiver => self.receivers.get(type_name).map(|f| f.parse(value)),
-            Kind::Processor => self.processors.get(type_name).map(|f| f.parse(value)),
-            Kind::Exporter => self.exporters.get(type_name).map(|f| f.parse(value)),
-            Kind::Extension => self.extensions.get(type_name).map(|f| f.parse(value)),
+        let config = match kind {
+            Kind::Receiver => {
+                self.parse_as::<dyn ErasedReceiverFactory>(type_name, value)?
+                    .1
+            }
+            Kind::Processor => {
+                self.parse_as::<dyn ErasedProcessorFactory>(type_name, value)?
+                    .1
+            }
+            Kind::Exporter => {
+                self.parse_as::<dyn ErasedExporterFactory>(type_name, value)?
+                    .1
+            }
+            Kind::Extension => {
+                self.parse_as::<dyn ErasedExtensionFactory>(type_name, value)?
+                    .1
+            }
         };
-        found.unwrap_or_else(|| Err(vec![self.unknown_type(kind, type_name)]))
+        Ok(config)
     }
 
     /// The error for a type no factory of `kind` has, with what is known and, for a type

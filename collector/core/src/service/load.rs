@@ -3,14 +3,13 @@
 //! its config as that factory checked it), and the pipelines checked against what is
 //! defined. Every error is reported at once, in file order.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::component::{
     ComponentId, ErasedExporterFactory, ErasedExtensionFactory, ErasedProcessorFactory,
-    ErasedReceiverFactory, Kind, ParsedConfig, PipelineId, Registry,
+    ErasedReceiverFactory, FactoryKind, Kind, ParsedConfig, PipelineId, Registry,
 };
 use crate::config::{
     ConfigError, ConfigErrors, PipelineConfig, RawConfig, TelemetryConfig, expand_env,
@@ -104,38 +103,14 @@ pub fn load(
     let Some(raw) = raw else {
         return Err(ConfigErrors(errors));
     };
-    let receivers = parse_section(
-        registry,
-        Kind::Receiver,
-        &registry.receivers,
-        &raw.receivers,
-        |f, v| f.parse(v),
-        &mut errors,
-    );
-    let processors = parse_section(
-        registry,
-        Kind::Processor,
-        &registry.processors,
-        &raw.processors,
-        |f, v| f.parse(v),
-        &mut errors,
-    );
-    let exporters = parse_section(
-        registry,
-        Kind::Exporter,
-        &registry.exporters,
-        &raw.exporters,
-        |f, v| f.parse(v),
-        &mut errors,
-    );
-    let extensions = parse_section(
-        registry,
-        Kind::Extension,
-        &registry.extensions,
-        &raw.extensions,
-        |f, v| f.parse(v),
-        &mut errors,
-    );
+    let receivers =
+        parse_section::<dyn ErasedReceiverFactory>(registry, &raw.receivers, &mut errors);
+    let processors =
+        parse_section::<dyn ErasedProcessorFactory>(registry, &raw.processors, &mut errors);
+    let exporters =
+        parse_section::<dyn ErasedExporterFactory>(registry, &raw.exporters, &mut errors);
+    let extensions =
+        parse_section::<dyn ErasedExtensionFactory>(registry, &raw.extensions, &mut errors);
     if envelope_failed {
         // What the service section says cannot be trusted past its own errors.
         return Err(ConfigErrors(errors));
@@ -312,18 +287,15 @@ fn nodes<F: ?Sized>(entries: Vec<Entry<F>>) -> Vec<Node<F>> {
 /// Parses one section with the factories of its kind. An entry whose config is wrong
 /// stays in the list (without a node) so that pipelines naming it do not also report
 /// "not defined".
-fn parse_section<F: ?Sized>(
+fn parse_section<F: FactoryKind + ?Sized>(
     registry: &Registry,
-    kind: Kind,
-    factories: &BTreeMap<&'static str, Arc<F>>,
     section: &Mapping,
-    parse: impl Fn(&F, &Value) -> Result<ParsedConfig, Vec<ConfigError>>,
     errors: &mut Vec<ConfigError>,
 ) -> Vec<Entry<F>> {
     let mut out = Vec::new();
     for (key, value) in section {
         let text = key_text(key);
-        let path = format!("{}::{text}", kind.section());
+        let path = format!("{}::{text}", F::KIND.section());
         let id = match ComponentId::parse(&text) {
             Ok(id) => id,
             Err(e) => {
@@ -331,14 +303,13 @@ fn parse_section<F: ?Sized>(
                 continue;
             }
         };
-        let parsed = match factories.get(id.type_name()) {
-            None => Err(vec![registry.unknown_type(kind, id.type_name())]),
-            Some(factory) => parse(factory, value).map(|config| Node {
+        let parsed = registry
+            .parse_as::<F>(id.type_name(), value)
+            .map(|(factory, config)| Node {
                 id: id.clone(),
-                factory: Arc::clone(factory),
+                factory,
                 config,
-            }),
-        };
+            });
         match parsed {
             Ok(node) => out.push((id, Some(node))),
             Err(es) => {

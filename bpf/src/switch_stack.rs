@@ -30,7 +30,7 @@ pub(crate) fn scheduler_text(path: &Path) -> Option<Range<u64>> {
     scheduler_text_in(BufReader::new(file.take(MAX_KALLSYMS_BYTES)))
 }
 
-fn scheduler_text_in(reader: impl BufRead) -> Option<Range<u64>> {
+pub(crate) fn scheduler_text_in(reader: impl BufRead) -> Option<Range<u64>> {
     let mut start = None;
     let mut text_addresses = Vec::new();
     for line in reader.lines() {

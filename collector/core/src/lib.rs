@@ -4,7 +4,7 @@
 //! resource → scope → profile → sample), its validation, merging, encodings and the
 //! pprof translation.
 
-#[cfg(feature = "client")]
+#[cfg(feature = "client-tls")]
 pub mod client;
 pub mod component;
 pub mod config;
@@ -14,7 +14,7 @@ pub mod errors;
 pub mod exporterhelper;
 pub mod host_executables;
 pub mod pdata;
-#[cfg(any(feature = "client", feature = "server"))]
+#[cfg(any(feature = "client-tls", feature = "server"))]
 pub mod pem;
 
 /// JFR recordings into the model.

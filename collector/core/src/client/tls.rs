@@ -170,6 +170,7 @@ impl ClientTls {
     }
 
     /// tonic's TLS settings; the verifier goes with `Endpoint::tls_config_with_verifier`.
+    #[cfg(feature = "client")]
     pub fn tonic_config(&self) -> tonic::transport::ClientTlsConfig {
         let mut config = tonic::transport::ClientTlsConfig::new();
         if let Some(id) = &self.identity {
@@ -183,6 +184,13 @@ impl ClientTls {
         }
         config
     }
+}
+
+/// A client config trusting the system's roots (or the bundled ones): for HTTPS to
+/// servers named by URL alone, such as scrape targets, push endpoints and signed upload
+/// URLs.
+pub fn public_roots_config() -> Result<rustls::ClientConfig, TlsError> {
+    ClientTls::load(&TlsClientSettings::default())?.rustls_config(&[])
 }
 
 /// What is wrong with the PEM file at `path`, as a [`TlsError`] naming it.

@@ -102,6 +102,15 @@ impl BuildError {
         }
     }
 
+    /// An error that says itself what failed (an offline folder locked by another
+    /// process): its text is the message, and it is kept as the source.
+    pub fn from_source(
+        id: &ComponentId,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::caused_by(id, source.to_string(), source)
+    }
+
     /// The step of `id`'s creation that failed, with its cause.
     pub fn failed(id: &ComponentId, failed: crate::errors::Failed) -> Self {
         Self::caused_by(id, failed.what, failed.source)

@@ -83,6 +83,15 @@ struct Offline {
 /// offline folder.
 const OFFLINE_SPILL_WAIT: Duration = Duration::from_secs(10);
 
+/// The sending queue's folder (its storage extension's) could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("persistent queue at {}", dir.display())]
+pub struct PersistentQueueError {
+    pub dir: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// The pipelines' handle on one exporter (one per exporter id, shared by every pipeline
 /// that lists it).
 #[derive(Clone)]
@@ -104,7 +113,7 @@ impl ExporterHandle {
         panics: Counter,
         storage: Option<PathBuf>,
         offline: Option<OfflineStore>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PersistentQueueError> {
         let reachability = Arc::new(Reachability::default());
         let attempt = ExportService {
             exporter: exporter.clone(),
@@ -137,8 +146,11 @@ impl ExporterHandle {
             let (disk, preloaded) = match storage {
                 Some(dir) => {
                     let dir = dir.join(format!("exporter_{}", sanitize(&id.to_string())));
-                    let (store, seqs) = DiskStore::open(&dir)
-                        .map_err(|e| format!("persistent queue at {}: {e}", dir.display()))?;
+                    let (store, seqs) =
+                        DiskStore::open(&dir).map_err(|source| PersistentQueueError {
+                            dir: dir.clone(),
+                            source,
+                        })?;
                     if !seqs.is_empty() {
                         tracing::info!(exporter = %id, batches = seqs.len(), "resuming batches queued before the last stop");
                     }

@@ -36,8 +36,8 @@ use crate::component::{
     output::Entrance,
 };
 use crate::exporterhelper::{
-    CatchUnwind, ExporterHandle, ExporterHelperSettings, OfflineCounters, OfflineSettings,
-    OfflineStore, panic_counter,
+    CatchUnwind, ExporterHandle, ExporterHelperSettings, OfflineCounters, OfflineError,
+    OfflineSettings, OfflineStore, panic_counter,
 };
 use crate::telemetry::{ExporterCounters, ProcessorCounters, ReceiverCounters, Telemetry};
 
@@ -337,8 +337,11 @@ impl Graph {
             let started = node
                 .exporter
                 .start()
-                .map_err(|e| crate::errors::error_chain(&e))
-                .and_then(|()| open_offline(&node.settings.offline, &telemetry, &id))
+                .map_err(|e| BuildError::caused_by(&id, "cannot start", e))
+                .and_then(|()| {
+                    open_offline(&node.settings.offline, &telemetry, &id)
+                        .map_err(|e| BuildError::from_source(&id, e))
+                })
                 .and_then(|offline| {
                     ExporterHandle::start(
                         id.clone(),
@@ -349,6 +352,7 @@ impl Graph {
                         node.storage_dir,
                         offline,
                     )
+                    .map_err(|e| BuildError::caused_by(&id, "cannot open its sending queue", e))
                 });
             let handle = match started {
                 Ok(handle) => handle,
@@ -360,7 +364,7 @@ impl Graph {
                         handle.shutdown(Duration::ZERO).await;
                         status.set(&label(Kind::Exporter, started_id), ComponentStatus::Stopped);
                     }
-                    return Err(BuildError::new(&id, e).into());
+                    return Err(e.into());
                 }
             };
             status.set(&label(Kind::Exporter, &id), ComponentStatus::Ok);
@@ -455,7 +459,7 @@ pub fn open_offline(
     settings: &OfflineSettings,
     telemetry: &Telemetry,
     id: &ComponentId,
-) -> Result<Option<OfflineStore>, String> {
+) -> Result<Option<OfflineStore>, OfflineError> {
     let Some(dir) = &settings.directory else {
         return Ok(None);
     };
@@ -466,7 +470,6 @@ pub fn open_offline(
         OfflineCounters::new(telemetry, &id.to_string()),
     )
     .map(Some)
-    .map_err(|e| e.to_string())
 }
 
 /// Ready once every receiver can take data, bounded, so that a receiver that never says

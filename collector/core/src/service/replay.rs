@@ -146,8 +146,8 @@ async fn replay_one(
         replay_on_recovery: false,
         ..settings.offline
     };
-    let store =
-        open_offline(&settings.offline, telemetry, id).map_err(|e| BuildError::new(id, e))?;
+    let store = open_offline(&settings.offline, telemetry, id)
+        .map_err(|e| BuildError::from_source(id, e))?;
     let exporter: Arc<dyn crate::component::Exporter> =
         Arc::from(node.factory.create(&node.config, &ctx)?);
     exporter
@@ -162,7 +162,8 @@ async fn replay_one(
         None,
         store,
     )
-    .map_err(|e| BuildError::new(id, e))?;
+    // Without a queue or storage nothing is opened here; the error is there for the type.
+    .map_err(|e| BuildError::caused_by(id, "cannot open its sending queue", e))?;
     let report = handle.replay_offline().await;
     handle.shutdown(Duration::from_secs(5)).await;
     Ok(report)

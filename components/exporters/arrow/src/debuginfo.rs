@@ -32,7 +32,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use profcol_core::client::grpc::{USER_AGENT, WithHeaders, from_grpc_status};
-use profcol_core::client::tls::{ClientTls, TlsClientSettings};
+use profcol_core::client::tls::{TlsError, public_roots_config};
 use profcol_core::host_executables::{HostFile, Registry};
 use profcol_core::telemetry::{Counter, Telemetry};
 use profcol_proto::parca::debuginfo::v1alpha1::debuginfo_service_client::DebuginfoServiceClient;
@@ -156,7 +156,7 @@ impl Debuginfo {
         client: DebuginfoServiceClient<WithHeaders>,
         telemetry: &Telemetry,
         executables: Arc<Registry>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TlsError> {
         let http = signed_url_client(settings.timeout)?;
         let counter = |outcome: &str| {
             telemetry.counter(
@@ -238,10 +238,9 @@ pub(crate) fn build_id_type(id: &str) -> BuildIdType {
     }
 }
 
-fn signed_url_client(timeout: Duration) -> Result<HttpClient, String> {
+fn signed_url_client(timeout: Duration) -> Result<HttpClient, TlsError> {
     // Signed URLs point at object stores: the system's roots, not the service's CA.
-    let tls = ClientTls::load(&TlsClientSettings::default()).map_err(|e| format!("tls: {e}"))?;
-    let rustls = tls.rustls_config(&[]).map_err(|e| format!("tls: {e}"))?;
+    let rustls = public_roots_config()?;
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_connect_timeout(Some(timeout));

@@ -64,7 +64,6 @@ impl ArrowExporter {
         ctx: &CreateContext,
     ) -> Result<Self, BuildError> {
         let who = ctx.id.to_string();
-        let fail = |message: String| BuildError::new(&ctx.id, message);
         let GrpcDestination { target, headers } = destinations.store;
         let channel = connect_lazy(&target, &config.tls, config.timeout, &who)
             .map_err(|e| BuildError::caused_by(&ctx.id, "cannot set up the channel", e))?;
@@ -102,7 +101,13 @@ impl ArrowExporter {
                         &ctx.telemetry,
                         ctx.host.executables().clone(),
                     )
-                    .map_err(|e| fail(format!("debuginfo: {e}")))?,
+                    .map_err(|e| {
+                        BuildError::caused_by(
+                            &ctx.id,
+                            "debuginfo: cannot set up the upload client",
+                            e,
+                        )
+                    })?,
                 )
             }
         };

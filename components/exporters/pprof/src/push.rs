@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -15,6 +14,7 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use profcol_core::client::tls::{TlsError, public_roots_config};
 use profcol_core::component::ExportError;
 use profcol_core::config::ConfigError;
 use profcol_core::pdata::types::{KeyValue, Value};
@@ -218,7 +218,7 @@ pub(crate) struct Pusher {
 
 impl Pusher {
     /// Pushes to a checked config's target.
-    pub fn new(target: PushTarget, timeout: Duration, bytes: WireBytes) -> Result<Self, String> {
+    pub fn new(target: PushTarget, timeout: Duration, bytes: WireBytes) -> Result<Self, TlsError> {
         let PushTarget {
             endpoint,
             headers: configured,
@@ -241,7 +241,7 @@ impl Pusher {
         if !timeout.is_zero() {
             tcp.set_connect_timeout(Some(timeout));
         }
-        let tls = client_tls_config()?;
+        let tls = public_roots_config()?;
         let builder = HttpsConnectorBuilder::new().with_tls_config(tls);
         let connector = if endpoint.is_https() {
             builder.https_only().enable_http1().wrap_connector(tcp)
@@ -346,24 +346,6 @@ pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration
     }
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// The system's root certificates, or the bundled Mozilla roots where it has none.
-fn client_tls_config() -> Result<rustls::ClientConfig, String> {
-    let provider = rustls::crypto::CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-    let mut roots = rustls::RootCertStore::empty();
-    let found = rustls_native_certs::load_native_certs();
-    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
-    if added == 0 {
-        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    }
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("tls: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
 }
 
 #[cfg(test)]

@@ -54,18 +54,30 @@ fn running(id: &str, config: &Config) -> Option<Arc<Source>> {
         .and_then(|(_, _, w)| w.upgrade())
 }
 
+/// Why the watches could not start.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    /// `filter.node_from_env_var` names a variable that gives no node.
+    #[error("{0}")]
+    Node(String),
+    #[error(transparent)]
+    Client(#[from] watch::ClientError),
+    /// `wait_for_metadata` gave up; what each watch went through.
+    #[error("{0}")]
+    NotSynced(String),
+}
+
 fn start_watches(
     config: &Config,
     settings: &Arc<Settings>,
     id: &str,
     metrics: &Metrics,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Arc<Source>, String> {
-    let node = config.node_name(env)?;
-    let kube_config =
-        watch::client_config(config, settings.auth_type, env).map_err(|e| e.to_string())?;
+) -> Result<Arc<Source>, StartError> {
+    let node = config.node_name(env).map_err(StartError::Node)?;
+    let kube_config = watch::client_config(config, settings.auth_type, env)?;
     let url = watch::describe(&kube_config);
-    let client = watch::client(kube_config).map_err(|e| e.to_string())?;
+    let client = watch::client(kube_config)?;
     tracing::info!(
         processor = id,
         api_server = %url,
@@ -87,15 +99,15 @@ fn start_watches(
     });
     if config.wait_for_metadata {
         let timeout = config.wait_for_metadata_timeout;
-        let synced = watch::wait_synced(&source.shared, timeout).map_err(|e| e.to_string())?;
+        let synced = watch::wait_synced(&source.shared, timeout)?;
         if !synced {
             // Dropping `source` stops the watches.
-            return Err(sync_failure(
+            return Err(StartError::NotSynced(sync_failure(
                 timeout,
                 &url,
                 &who(config, settings.auth_type),
                 &source.shared.health.snapshot(),
-            ));
+            )));
         }
     }
     Ok(source)
@@ -201,8 +213,10 @@ impl ProcessorFactory for K8sAttributesFactory {
             Some(source) => source,
             None => {
                 let env = |k: &str| std::env::var(k).ok();
-                let source = start_watches(&config, &settings, &id, &metrics, &env)
-                    .map_err(|e| BuildError::new(&ctx.base.id, e))?;
+                let source =
+                    start_watches(&config, &settings, &id, &metrics, &env).map_err(|e| {
+                        BuildError::caused_by(&ctx.base.id, "cannot watch Kubernetes metadata", e)
+                    })?;
                 RUNNING.lock().unwrap_or_else(|e| e.into_inner()).push((
                     id.clone(),
                     config,
@@ -228,6 +242,7 @@ mod tests {
 
     use profcol_core::component::{ComponentId, CreateContext, ErasedProcessorFactory, PipelineId};
     use profcol_core::config::parse_yaml;
+    use profcol_core::errors::error_chain;
     use profcol_core::telemetry::Telemetry;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
@@ -300,11 +315,19 @@ mod tests {
     async fn create_fails_clearly_without_a_cluster() {
         if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
             let e = create("{}", None).err().expect("no cluster");
-            assert!(e.message.contains("not running in a cluster"), "{e}");
+            assert!(
+                error_chain(&e).contains("not running in a cluster"),
+                "{}",
+                error_chain(&e)
+            );
             let e = create("auth_type: none", None)
                 .err()
                 .expect("no service env");
-            assert!(e.message.contains("KUBERNETES_SERVICE_HOST"), "{e}");
+            assert!(
+                error_chain(&e).contains("KUBERNETES_SERVICE_HOST"),
+                "{}",
+                error_chain(&e)
+            );
         }
         let e = create(
             "auth_type: kubeConfig\nkube_config_path: /nonexistent/kubeconfig",
@@ -312,7 +335,11 @@ mod tests {
         )
         .err()
         .expect("no file");
-        assert!(e.message.contains("reading the kubeconfig"), "{e}");
+        assert!(
+            error_chain(&e).contains("reading the kubeconfig"),
+            "{}",
+            error_chain(&e)
+        );
         assert!(e.to_string().starts_with("k8s_attributes: "), "{e}");
         let e = create(
             "auth_type: kubeConfig\nfilter:\n  node_from_env_var: PROFCOL_TEST_SURELY_UNSET_NODE\n",
@@ -321,9 +348,9 @@ mod tests {
         .err()
         .expect("unset node variable");
         assert!(
-            e.message
-                .contains("PROFCOL_TEST_SURELY_UNSET_NODE, which is not set"),
-            "{e}"
+            error_chain(&e).contains("PROFCOL_TEST_SURELY_UNSET_NODE, which is not set"),
+            "{}",
+            error_chain(&e)
         );
     }
 
@@ -349,9 +376,21 @@ mod tests {
             took >= Duration::from_millis(300) && took < Duration::from_secs(5),
             "{took:?}"
         );
-        assert!(e.message.contains("did not sync within 300ms"), "{e}");
-        assert!(e.message.contains(&format!("127.0.0.1:{port}")), "{e}");
-        assert!(e.message.contains("get, list and watch pods"), "{e}");
+        assert!(
+            error_chain(&e).contains("did not sync within 300ms"),
+            "{}",
+            error_chain(&e)
+        );
+        assert!(
+            error_chain(&e).contains(&format!("127.0.0.1:{port}")),
+            "{}",
+            error_chain(&e)
+        );
+        assert!(
+            error_chain(&e).contains("get, list and watch pods"),
+            "{}",
+            error_chain(&e)
+        );
         // The failed start left nothing running.
         assert!(running("k8s_attributes/silent", &Config::default()).is_none());
         drop(silent);
@@ -371,7 +410,11 @@ mod tests {
         )
         .err()
         .expect("current-thread runtime");
-        assert!(e.message.contains("multi-threaded runtime"), "{e}");
+        assert!(
+            error_chain(&e).contains("multi-threaded runtime"),
+            "{}",
+            error_chain(&e)
+        );
     }
 
     /// Answers every list with `pods` and every watch with an open, silent stream; records
@@ -546,21 +589,21 @@ mod tests {
     )
     .err()
     .expect("refused");
-        let m = &e.message;
-        assert!(m.contains("did not sync within 1.5s"), "{e}");
+        let m = &error_chain(&e);
+        assert!(m.contains("did not sync within 1.5s"), "{m}");
         assert!(
         m.contains("refused to list pods (HTTP 403: Forbidden (pods is forbidden: User \"tester\" cannot list resource \"pods\"))"),
-        "{e}"
+        "{m}"
     );
-        assert!(m.contains("list replicasets (HTTP 403"), "{e}");
+        assert!(m.contains("list replicasets (HTTP 403"), "{m}");
         assert!(
         m.contains(&format!(
             "the user of its current context in kubeconfig {} (auth_type: kubeConfig) needs get, list and watch on pods, replicasets",
             path.display()
         )),
-        "{e}"
+        "{m}"
     );
-        assert!(!m.contains("service account"), "{e}");
+        assert!(!m.contains("service account"), "{m}");
     }
 
     #[test]

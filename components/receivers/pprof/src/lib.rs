@@ -104,7 +104,9 @@ impl ReceiverFactory for PprofReceiverFactory {
             .as_ref()
             .map(|remote| scrape::Scraper::new(remote, compiled.scrape_jobs))
             .transpose()
-            .map_err(|e| BuildError::new(&ctx.id, e))?;
+            .map_err(|e| {
+                BuildError::caused_by(&ctx.id, "remote: cannot set up the scrape client", e)
+            })?;
         let file = config
             .file
             .as_ref()

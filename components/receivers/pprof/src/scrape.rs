@@ -2,7 +2,7 @@
 //! type, each pair in its own task (a slow target or type delays nothing else). CPU is
 //! asked for a window (`?seconds=`); cumulative columns are differenced ([`crate::delta`]).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{CONTENT_ENCODING, USER_AGENT};
@@ -12,6 +12,7 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use profcol_core::client::tls::{TlsError, public_roots_config};
 use profcol_core::component::Refused;
 use profcol_core::config::ConfigError;
 use profcol_core::errors::error_chain;
@@ -22,7 +23,6 @@ use profcol_core::telemetry::{Counter, Telemetry};
 use profcol_proto::pprof as pp;
 use prost::Message as _;
 use prost::bytes::Bytes;
-use rustls::RootCertStore;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -117,12 +117,9 @@ pub(crate) fn jobs(config: &RemoteConfig) -> Result<Vec<Job>, ConfigError> {
 
 impl Scraper {
     /// Runs `jobs` (a checked config's, [`jobs`]) with one client for all of them.
-    pub(crate) fn new(config: &RemoteConfig, jobs: Vec<Job>) -> Result<Self, String> {
-        let https = jobs
-            .iter()
-            .any(|j| j.url.scheme() == Some(&http::uri::Scheme::HTTPS));
+    pub(crate) fn new(config: &RemoteConfig, jobs: Vec<Job>) -> Result<Self, TlsError> {
         Ok(Scraper {
-            client: client(https, config.effective_timeout())?,
+            client: client(config.effective_timeout())?,
             jobs,
         })
     }
@@ -160,48 +157,19 @@ impl Scraper {
     }
 }
 
-fn client(https: bool, connect_timeout: Duration) -> Result<HttpClient, String> {
+fn client(connect_timeout: Duration) -> Result<HttpClient, TlsError> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
     tcp.set_connect_timeout(Some(connect_timeout));
-    let provider = rustls::crypto::CryptoProvider::get_default()
-        .cloned()
-        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
-    let roots = if https {
-        system_roots()
-    } else {
-        Arc::new(RootCertStore::empty())
-    };
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("remote: TLS setup failed: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
     let connector = HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
+        .with_tls_config(public_roots_config()?)
         .https_or_http()
         .enable_http1()
         .wrap_connector(tcp);
     Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .build(connector))
-}
-
-/// The system's roots, or the bundled Mozilla roots where the system has none.
-fn system_roots() -> Arc<RootCertStore> {
-    static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
-    ROOTS
-        .get_or_init(|| {
-            let found = rustls_native_certs::load_native_certs();
-            let mut roots = RootCertStore::empty();
-            let (added, _) = roots.add_parsable_certificates(found.certs);
-            if added == 0 {
-                roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-            }
-            Arc::new(roots)
-        })
-        .clone()
 }
 
 async fn scrape_loop(

@@ -913,6 +913,16 @@ service:
     let _ = std::fs::remove_dir(&slice);
     assert!(arrived, "no burner samples:\n{}", c.logs());
     let samples = burner_samples();
+    // Every one, those taken late in its execve too (they once kept the exec event's
+    // placeholder, without container.id).
+    for s in &samples {
+        assert_eq!(
+            s.resource.get("container.id").map(String::as_str),
+            Some(container_id),
+            "{:?}",
+            s.resource
+        );
+    }
     let r = &samples[0].resource;
     let get = |k: &str| r.get(k).map(String::as_str);
     assert_eq!(get("container.id"), Some(container_id), "{r:?}");

@@ -545,14 +545,23 @@ impl Engine {
         u128::from(now).saturating_sub(started) < min_age.as_nanos()
     }
 
-    /// A sample taken during `execve` has kernel frames only. `/proc` describes neither
-    /// the image being replaced nor the one being loaded, so the process is read only if
-    /// nothing at all is known of it, and its unwinding is left alone: the exec event
-    /// that follows starts the new image afresh.
+    /// A sample taken during `execve` has kernel frames only. Before the exec event,
+    /// `/proc` describes neither the image being replaced nor the one being loaded, so
+    /// the process is read only if nothing at all is known of it, and its unwinding is
+    /// left alone: the exec event that follows starts the new image afresh. After the
+    /// event (the sample came late in the syscall) the new image is in place: its
+    /// placeholder is read like any, or the sample would carry the placeholder's few
+    /// attributes (no `container.id`) as a resource of its own.
     fn on_sample_in_exec(&mut self, sample: Sample, now: u64) {
-        let process = match self.table.get(sample.pid) {
-            Some(p) => p,
-            None => self.table.get_or_load(sample.pid, now),
+        let read = self
+            .table
+            .get(sample.pid)
+            .is_none_or(|p| p.unread && p.forked_from.is_none());
+        if read {
+            self.table.get_or_load(sample.pid, now);
+        }
+        let Some(process) = self.table.get(sample.pid) else {
+            return;
         };
         if !process.allowed {
             self.stats.samples_filtered += 1;
@@ -1340,15 +1349,28 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_sample_in_execve_has_kernel_frames_only_and_reads_no_proc() {
-        let mut engine = Engine::new(
+    /// An engine with the default config but symbolization, its clock at one second.
+    fn unsymbolized_engine() -> Engine {
+        Engine::new(
             Config {
                 symbolize: false,
                 ..Config::default()
             },
             env(clock_at(S)),
-        );
+        )
+    }
+
+    /// A sample taken inside `execve`: kernel frames, and no user stack to walk.
+    fn sample_in_execve(pid: u32, t: u64) -> Sample {
+        let mut s = sample(pid, t, Vec::new());
+        s.kernel_stack = vec![0xffffffff81000010, 0xffffffff81000020];
+        s.unwind_end = profcol_bpf::UnwindEnd::InExec;
+        s
+    }
+
+    #[test]
+    fn a_sample_in_execve_has_kernel_frames_only_and_reads_no_proc() {
+        let mut engine = unsymbolized_engine();
         let parent = std::process::id();
         engine.on_sample(sample(
             parent,
@@ -1362,10 +1384,7 @@ mod tests {
             parent_pid: parent,
             child_pid: child,
         });
-        let mut s = sample(child, S + 1, Vec::new());
-        s.kernel_stack = vec![0xffffffff81000010, 0xffffffff81000020];
-        s.unwind_end = profcol_bpf::UnwindEnd::InExec;
-        engine.on_sample(s);
+        engine.on_sample(sample_in_execve(child, S + 1));
         let p = engine
             .processes()
             .get(child)
@@ -1401,14 +1420,29 @@ mod tests {
     }
 
     #[test]
-    fn a_forks_sample_from_before_its_exec_is_resolved_with_its_parents_image() {
-        let mut engine = Engine::new(
-            Config {
-                symbolize: false,
-                ..Config::default()
-            },
-            env(clock_at(S)),
+    fn a_sample_in_execve_after_its_exec_event_reads_the_new_image() {
+        let mut engine = unsymbolized_engine();
+        // This process, exec'd: the tracepoint has fired, the syscall not yet returned.
+        let pid = std::process::id();
+        engine.on_process_event(ProcessEvent::Exec {
+            pid,
+            filename: "/exec/argument/path".into(),
+        });
+        engine.on_sample(sample_in_execve(pid, S + 1));
+        let p = engine.processes().get(pid).expect("read");
+        assert!(!p.unread && p.loaded, "read from /proc");
+        let batch = engine.flush().expect("batch").to_wire();
+        let exe = std::env::current_exe().expect("exe");
+        assert_eq!(
+            resource_attr(&batch, "process.executable.path"),
+            Some(Value::StringValue(exe.display().to_string())),
+            "what /proc says, not the placeholder's exec argument"
         );
+    }
+
+    #[test]
+    fn a_forks_sample_from_before_its_exec_is_resolved_with_its_parents_image() {
+        let mut engine = unsymbolized_engine();
         let parent = std::process::id();
         let leaf = engine_marker_leaf as *const () as usize as u64;
         engine.on_sample(sample(parent, S, vec![leaf]));
@@ -1492,13 +1526,7 @@ mod tests {
 
     #[test]
     fn samples_held_for_their_stack_copy_are_resolved_with_the_image_an_exec_ends() {
-        let mut engine = Engine::new(
-            Config {
-                symbolize: false,
-                ..Config::default()
-            },
-            env(clock_at(S)),
-        );
+        let mut engine = unsymbolized_engine();
         let pid = std::process::id();
         let leaf = engine_marker_leaf as *const () as usize as u64;
         let mut s = sample(pid, S, vec![leaf]);

@@ -24,9 +24,10 @@ pub use host::Host;
 pub use id::{ComponentId, Kind, PipelineId};
 pub use intake::Intake;
 pub use output::{Admission, ReceiverOutput, Refused};
+pub(crate) use registry::FactoryKind;
 pub use registry::{
     ErasedExporterFactory, ErasedExtensionFactory, ErasedProcessorFactory, ErasedReceiverFactory,
-    FactoryKind, ParsedConfig, Registry,
+    ParsedConfig, Registry,
 };
 
 use crate::config::{Checked, Compile};

@@ -39,7 +39,7 @@ fn parse_and_check<C: super::ComponentConfig>(
 
 /// The erased factories of one kind: where the registry keeps them and how one parses
 /// a config, so that loading and listing go through one generic path for all four.
-pub trait FactoryKind: Send + Sync + 'static {
+pub(crate) trait FactoryKind: Send + Sync + 'static {
     const KIND: Kind;
     fn registered(registry: &Registry) -> &BTreeMap<&'static str, Arc<Self>>;
     fn parse_config(&self, value: &Value) -> Result<ParsedConfig, Vec<ConfigError>>;

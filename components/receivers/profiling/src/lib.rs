@@ -550,15 +550,17 @@ impl Engine {
     /// the process is read only if nothing at all is known of it, and its unwinding is
     /// left alone: the exec event that follows starts the new image afresh. After the
     /// event (the sample came late in the syscall) the new image is in place: its
-    /// placeholder is read like any, or the sample would carry the placeholder's few
-    /// attributes (no `container.id`) as a resource of its own.
+    /// placeholder is read, or the sample would carry the placeholder's few attributes
+    /// (no `container.id`) as a resource of its own.
     fn on_sample_in_exec(&mut self, sample: Sample, now: u64) {
-        let read = self
-            .table
-            .get(sample.pid)
-            .is_none_or(|p| p.unread && p.forked_from.is_none());
-        if read {
-            self.table.get_or_load(sample.pid, now);
+        match self.table.get(sample.pid) {
+            None => {
+                self.table.get_or_load(sample.pid, now);
+            }
+            Some(p) if p.unread && p.forked_from.is_none() => {
+                self.table.load_after_exec(sample.pid, &sample.comm, now);
+            }
+            Some(_) => {}
         }
         let Some(process) = self.table.get(sample.pid) else {
             return;
@@ -1428,7 +1430,11 @@ mod tests {
             pid,
             filename: "/exec/argument/path".into(),
         });
-        engine.on_sample(sample_in_execve(pid, S + 1));
+        // Its thread has the name exec gave it, which /proc shows.
+        let comm = std::fs::read_to_string("/proc/self/comm").expect("comm");
+        let mut s = sample_in_execve(pid, S + 1);
+        s.comm = comm.trim_end().to_owned();
+        engine.on_sample(s);
         let p = engine.processes().get(pid).expect("read");
         assert!(!p.unread && p.loaded, "read from /proc");
         let batch = engine.flush().expect("batch").to_wire();
@@ -1437,6 +1443,29 @@ mod tests {
             resource_attr(&batch, "process.executable.path"),
             Some(Value::StringValue(exe.display().to_string())),
             "what /proc says, not the placeholder's exec argument"
+        );
+    }
+
+    #[test]
+    fn a_sample_in_execve_of_an_image_gone_since_keeps_its_placeholder() {
+        let mut engine = unsymbolized_engine();
+        let pid = std::process::id();
+        engine.on_process_event(ProcessEvent::Exec {
+            pid,
+            filename: "/exec/argument/wrapper".into(),
+        });
+        // Its thread is named for the exec'd program, and /proc for another one: the
+        // process has exec'd again since.
+        let mut s = sample_in_execve(pid, S + 1);
+        s.comm = "wrapper".into();
+        engine.on_sample(s);
+        let p = engine.processes().get(pid).expect("placeholder");
+        assert!(p.unread, "left for the next image's first sample to read");
+        assert_eq!(p.exe_path.as_deref(), Some("/exec/argument/wrapper"));
+        let batch = engine.flush().expect("batch").to_wire();
+        assert_eq!(
+            resource_attr(&batch, "process.executable.path"),
+            Some(Value::StringValue("/exec/argument/wrapper".into()))
         );
     }
 

@@ -532,6 +532,26 @@ impl ProcessTable {
         Some(true)
     }
 
+    /// Reads an exec event's placeholder for a sample taken inside `execve` after the
+    /// event, whose image /proc shows. If /proc names another program than the sample's
+    /// thread (`comm`, which exec set before its event), the process has exec'd again
+    /// since: the placeholder stays, with the container id, which exec does not change.
+    pub fn load_after_exec(&mut self, pid: u32, comm: &str, now: u64) {
+        let Some(placeholder) = self.processes.get(&pid).cloned() else {
+            return;
+        };
+        self.get_or_load(pid, now);
+        if let Some(p) = self.processes.get_mut(&pid)
+            && p.loaded
+            && p.comm != comm
+        {
+            let container_id = p.container_id.take();
+            *p = placeholder;
+            p.container_id = container_id;
+            p.allowed = self.filter.allows(p);
+        }
+    }
+
     /// The process, read from `/proc` when it is not known yet (a process started since the
     /// scan whose exec event has not come, or was lost). A pid that cannot be read is
     /// remembered as exited, so that its other samples do not read `/proc` again.

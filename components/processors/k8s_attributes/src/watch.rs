@@ -32,17 +32,17 @@ use crate::vocabulary::CLUSTER_UID_NAMESPACE;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("reading the kubeconfig: {0}")]
-    Kubeconfig(String),
+    Kubeconfig(#[source] kube::config::KubeconfigError),
     #[error(
         "not running in a cluster ({0}); use auth_type: kubeConfig outside one, or passthrough: true"
     )]
-    InCluster(String),
+    InCluster(#[source] kube::config::InClusterError),
     #[error("auth_type none needs KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT")]
     NoServiceEnv,
     #[error("invalid API server address {0:?}: {1}")]
-    BadUrl(String, String),
+    BadUrl(String, #[source] http::uri::InvalidUri),
     #[error("creating the Kubernetes client: {0}")]
-    Client(String),
+    Client(#[source] kube::Error),
     #[error("{0}")]
     Runtime(String),
 }
@@ -72,22 +72,20 @@ pub fn client_config(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<kube::Config, ClientError> {
     match auth {
-        AuthType::ServiceAccount => {
-            kube::Config::incluster().map_err(|e| ClientError::InCluster(e.to_string()))
-        }
+        AuthType::ServiceAccount => kube::Config::incluster().map_err(ClientError::InCluster),
         AuthType::KubeConfig => {
             let file = if config.kube_config_path.is_empty() {
                 Kubeconfig::read()
             } else {
                 Kubeconfig::read_from(&config.kube_config_path)
             }
-            .map_err(|e| ClientError::Kubeconfig(e.to_string()))?;
+            .map_err(ClientError::Kubeconfig)?;
             let options = KubeConfigOptions {
                 context: (!config.context.is_empty()).then(|| config.context.clone()),
                 ..KubeConfigOptions::default()
             };
             block_on_side(kube::Config::from_custom_kubeconfig(file, &options))?
-                .map_err(|e| ClientError::Kubeconfig(e.to_string()))
+                .map_err(ClientError::Kubeconfig)
         }
         AuthType::None => {
             let (Some(host), Some(port)) = (
@@ -102,9 +100,9 @@ pub fn client_config(
                 host
             };
             let url = format!("https://{host}:{port}");
-            let uri = url.parse().map_err(|e: http::uri::InvalidUri| {
-                ClientError::BadUrl(url.clone(), e.to_string())
-            })?;
+            let uri = url
+                .parse()
+                .map_err(|e| ClientError::BadUrl(url.clone(), e))?;
             // No credentials and no CA, as contrib's `none`: for API proxies and tests.
             let mut c = kube::Config::new(uri);
             c.accept_invalid_certs = true;
@@ -119,7 +117,7 @@ pub fn client(config: kube::Config) -> Result<Client, ClientError> {
             "the Kubernetes client needs a Tokio runtime".into(),
         ));
     }
-    Client::try_from(config).map_err(|e| ClientError::Client(e.to_string()))
+    Client::try_from(config).map_err(ClientError::Client)
 }
 
 /// A one-way latch that synchronous code can wait on with a timeout.

@@ -315,19 +315,13 @@ mod tests {
     async fn create_fails_clearly_without_a_cluster() {
         if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() {
             let e = create("{}", None).err().expect("no cluster");
-            assert!(
-                error_chain(&e).contains("not running in a cluster"),
-                "{}",
-                error_chain(&e)
-            );
+            let e = error_chain(&e);
+            assert!(e.contains("not running in a cluster"), "{e}");
             let e = create("auth_type: none", None)
                 .err()
                 .expect("no service env");
-            assert!(
-                error_chain(&e).contains("KUBERNETES_SERVICE_HOST"),
-                "{}",
-                error_chain(&e)
-            );
+            let e = error_chain(&e);
+            assert!(e.contains("KUBERNETES_SERVICE_HOST"), "{e}");
         }
         let e = create(
             "auth_type: kubeConfig\nkube_config_path: /nonexistent/kubeconfig",
@@ -335,22 +329,19 @@ mod tests {
         )
         .err()
         .expect("no file");
-        assert!(
-            error_chain(&e).contains("reading the kubeconfig"),
-            "{}",
-            error_chain(&e)
-        );
-        assert!(e.to_string().starts_with("k8s_attributes: "), "{e}");
+        let e = error_chain(&e);
+        assert!(e.contains("reading the kubeconfig"), "{e}");
+        assert!(e.starts_with("k8s_attributes: "), "{e}");
         let e = create(
             "auth_type: kubeConfig\nfilter:\n  node_from_env_var: PROFCOL_TEST_SURELY_UNSET_NODE\n",
             None,
         )
         .err()
         .expect("unset node variable");
+        let e = error_chain(&e);
         assert!(
-            error_chain(&e).contains("PROFCOL_TEST_SURELY_UNSET_NODE, which is not set"),
-            "{}",
-            error_chain(&e)
+            e.contains("PROFCOL_TEST_SURELY_UNSET_NODE, which is not set"),
+            "{e}"
         );
     }
 
@@ -371,26 +362,15 @@ mod tests {
     )
     .err()
     .expect("times out");
+        let e = error_chain(&e);
         let took = started.elapsed();
         assert!(
             took >= Duration::from_millis(300) && took < Duration::from_secs(5),
             "{took:?}"
         );
-        assert!(
-            error_chain(&e).contains("did not sync within 300ms"),
-            "{}",
-            error_chain(&e)
-        );
-        assert!(
-            error_chain(&e).contains(&format!("127.0.0.1:{port}")),
-            "{}",
-            error_chain(&e)
-        );
-        assert!(
-            error_chain(&e).contains("get, list and watch pods"),
-            "{}",
-            error_chain(&e)
-        );
+        assert!(e.contains("did not sync within 300ms"), "{e}");
+        assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
+        assert!(e.contains("get, list and watch pods"), "{e}");
         // The failed start left nothing running.
         assert!(running("k8s_attributes/silent", &Config::default()).is_none());
         drop(silent);
@@ -410,11 +390,8 @@ mod tests {
         )
         .err()
         .expect("current-thread runtime");
-        assert!(
-            error_chain(&e).contains("multi-threaded runtime"),
-            "{}",
-            error_chain(&e)
-        );
+        let e = error_chain(&e);
+        assert!(e.contains("multi-threaded runtime"), "{e}");
     }
 
     /// Answers every list with `pods` and every watch with an open, silent stream; records
